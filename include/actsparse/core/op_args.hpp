@@ -1,0 +1,67 @@
+#pragma once
+// The arguments of every operation a backend can run. They are plain data (views and
+// spans over the caller's memory), shared by ops/ and backends/ so neither includes
+// the other. Every index list is sorted and unique.
+
+#include <actsparse/core/activation.hpp>
+#include <actsparse/core/views.hpp>
+
+#include <cstdint>
+#include <span>
+
+namespace actsparse {
+
+// Either every index, or a sorted unique list of them.
+struct subset {
+  std::span<const std::uint32_t> indices;
+  bool all = true;
+
+  static constexpr subset everything() noexcept { return {}; }
+  static constexpr subset only(std::span<const std::uint32_t> sorted_unique) noexcept { return {sorted_unique, false}; }
+  [[nodiscard]] constexpr std::size_t count(std::size_t n) const noexcept { return all ? n : indices.size(); }
+};
+
+// y = W[rows, :] · x. With rows = everything, y has W.rows entries (dense GEMV); otherwise
+// y[i] = W[rows[i], :] · x (row gather, output-sparse).
+struct gemv_args {
+  weight_view w;
+  std::span<const float> x;  // W.cols
+  std::span<float> y;        // rows.count(W.rows)
+  subset rows;
+};
+
+// y = Σ_{j ∈ inputs} W[:, j] · x_j (input-sparse linear: skipped inputs are treated as 0).
+struct linear_args {
+  weight_view w;             // [out × in]
+  std::span<const float> x;  // in
+  std::span<float> y;        // out, overwritten
+  subset inputs;
+};
+
+// Gated FFN: y = W_down · (act(W_gate x) ⊙ (W_up x)) over the kept neurons only.
+// `gate_act`, when not empty, holds act(W_gate x) for all d_ff neurons already computed
+// (the decode path computes the gate once, scores it, then runs the rest).
+struct gated_ffn_args {
+  activation act = activation::silu;
+  weight_view gate;          // [d_ff × d_model]
+  weight_view up;            // [d_ff × d_model]
+  weight_view down;          // [d_model × d_ff]
+  std::span<const float> x;  // d_model
+  std::span<float> y;        // d_model, overwritten
+  subset neurons;
+  std::span<const float> gate_act;  // optional, d_ff
+};
+
+// Token-sparse FFN (prefill): residual[t] += FFN(input[t]) for t in tokens; the other
+// rows of residual are left as they are.
+struct token_ffn_args {
+  activation act = activation::silu;
+  weight_view gate;                 // [d_ff × d_model]
+  weight_view up;                   // [d_ff × d_model]
+  weight_view down;                 // [d_model × d_ff]
+  matrix_view<const float> input;   // [tokens × d_model], the FFN input (normalised)
+  matrix_view<float> residual;      // [tokens × d_model], updated in place
+  subset tokens;
+};
+
+}  // namespace actsparse

@@ -1,0 +1,111 @@
+#pragma once
+// Non-owning strided row views. A view is (pointer, rows, cols, row stride in bytes):
+// exactly ggml's (data, ne1, ne0, nb1) and torch's (data_ptr, size(0), size(1),
+// stride(0) * element_size), so an engine's tensors map onto them without copies.
+// `cols` always counts values; for the block types a row holds cols / 32 blocks.
+
+#include <actsparse/core/dtype.hpp>
+#include <actsparse/core/error.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+namespace actsparse {
+
+template <class T> struct matrix_view {
+  using element_type = T;
+  using storage_type = std::remove_const_t<T>;
+  using byte_type = std::conditional_t<std::is_const_v<T>, const std::byte, std::byte>;
+
+  T* data = nullptr;
+  std::size_t rows = 0;
+  std::size_t cols = 0;        // values per row
+  std::size_t row_stride = 0;  // bytes between the starts of consecutive rows
+
+  // A dense row-major view (row stride = the bytes of one row).
+  static constexpr matrix_view packed(T* data, std::size_t rows, std::size_t cols) noexcept {
+    return {data, rows, cols, row_bytes(dtype_traits<storage_type>::type, cols)};
+  }
+
+  [[nodiscard]] T* row(std::size_t i) const noexcept {
+    return reinterpret_cast<T*>(reinterpret_cast<byte_type*>(data) + i * row_stride);
+  }
+  [[nodiscard]] constexpr std::size_t row_elements() const noexcept {
+    return cols / dtype_traits<storage_type>::block_values;
+  }
+  [[nodiscard]] bool empty() const noexcept { return rows == 0 || cols == 0; }
+
+  operator matrix_view<const T>() const noexcept  // NOLINT(google-explicit-constructor): like T* -> const T*
+    requires(!std::is_const_v<T>)
+  {
+    return {data, rows, cols, row_stride};
+  }
+};
+
+// A weight matrix whose dtype is known only at run time (an engine's tensor).
+struct weight_view {
+  const void* data = nullptr;
+  dtype type = dtype::f32;
+  std::size_t rows = 0;
+  std::size_t cols = 0;        // values per row
+  std::size_t row_stride = 0;  // bytes
+
+  weight_view() = default;
+  weight_view(const void* data_, dtype type_, std::size_t rows_, std::size_t cols_, std::size_t row_stride_) noexcept
+      : data(data_), type(type_), rows(rows_), cols(cols_), row_stride(row_stride_) {}
+  template <weight_storage T>
+  weight_view(matrix_view<const T> v) noexcept  // NOLINT(google-explicit-constructor)
+      : data(v.data), type(dtype_traits<T>::type), rows(v.rows), cols(v.cols), row_stride(v.row_stride) {}
+  template <weight_storage T>
+  weight_view(matrix_view<T> v) noexcept  // NOLINT(google-explicit-constructor)
+      : weight_view(matrix_view<const T>(v)) {}
+
+  template <weight_storage T> [[nodiscard]] matrix_view<const T> as() const noexcept {
+    return {static_cast<const T*>(data), rows, cols, row_stride};
+  }
+};
+
+// ggml: ne0 values per row (innermost), ne1 rows, nb1 bytes between rows.
+[[nodiscard]] inline weight_view from_ggml(const void* data, dtype type, std::int64_t ne0, std::int64_t ne1,
+                                           std::size_t nb1) {
+  detail::require(ne0 >= 0, "from_ggml", "ne0", ne0, "ne0 >= 0");
+  detail::require(ne1 >= 0, "from_ggml", "ne1", ne1, "ne1 >= 0");
+  return {data, type, static_cast<std::size_t>(ne1), static_cast<std::size_t>(ne0), nb1};
+}
+
+// torch: a 2-D tensor with sizes (rows, cols) and strides in elements (stride0, 1).
+template <class T>
+[[nodiscard]] matrix_view<T> from_torch(T* data, std::int64_t rows, std::int64_t cols, std::int64_t stride0,
+                                        std::int64_t stride1 = 1) {
+  detail::require(rows >= 0, "from_torch", "size(0)", rows, "size(0) >= 0");
+  detail::require(cols >= 0, "from_torch", "size(1)", cols, "size(1) >= 0");
+  detail::require(stride1 == 1, "from_torch", "stride(1)", stride1, "1 (rows must be contiguous)");
+  detail::require(stride0 >= cols, "from_torch", "stride(0)", stride0, "stride(0) >= size(1)");
+  return {data, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols),
+          static_cast<std::size_t>(stride0) * sizeof(std::remove_const_t<T>)};
+}
+
+// Checks that a weight view is usable: blocks whole, stride covers a row, data present.
+inline void validate(const weight_view& w, std::string_view where, std::string_view argument) {
+  const std::size_t bv = block_values(w.type);
+  if (w.cols % bv != 0) {
+    detail::fail(where, argument, std::to_string(w.cols) + " values per row of " + std::string(name(w.type)),
+                 "a multiple of 32 values per row for q8_0 / q4_0 weights");
+  }
+  if (w.rows > 1 && w.row_stride < row_bytes(w.type, w.cols)) {
+    detail::fail(where, argument, "a row stride of " + std::to_string(w.row_stride) + " bytes",
+                 "at least " + std::to_string(row_bytes(w.type, w.cols)) + " bytes (one row of " +
+                     std::to_string(w.cols) + " " + std::string(name(w.type)) + " values)");
+  }
+  if (w.data == nullptr && w.rows != 0 && w.cols != 0) {
+    detail::fail(where, argument, "a null data pointer", "memory for a non-empty matrix");
+  }
+}
+
+template <class T> void validate(const matrix_view<T>& m, std::string_view where, std::string_view argument) {
+  validate(weight_view(matrix_view<const std::remove_const_t<T>>(m)), where, argument);
+}
+
+}  // namespace actsparse
