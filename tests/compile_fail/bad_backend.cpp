@@ -8,6 +8,9 @@ struct not_a_backend {
   static constexpr actsparse::memory_space memory = actsparse::memory_space::host;
 };
 
-template <class B> void use_backend(const B&) { ACTSPARSE_REQUIRE_BACKEND_FOR(B, actsparse::gated_ffn_args); }
+template <class B>
+void use_backend(const B&) {
+  ACTSPARSE_REQUIRE_BACKEND_FOR(B, actsparse::gated_ffn_args);
+}
 
 int main() { use_backend(not_a_backend{}); }

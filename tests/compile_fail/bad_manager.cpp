@@ -7,6 +7,9 @@ struct not_a_manager {
   void store(std::uint64_t, std::span<const float>) {}
 };
 
-template <class M> void use_manager(const M&) { ACTSPARSE_REQUIRE_ACTIVATION_MANAGER(M); }
+template <class M>
+void use_manager(const M&) {
+  ACTSPARSE_REQUIRE_ACTIVATION_MANAGER(M);
+}
 
 int main() { use_manager(not_a_manager{}); }

@@ -8,6 +8,9 @@ struct not_a_scorer {
   void score(std::span<const float>, std::span<float>) const {}
 };
 
-template <class S> void use_scorer(const S&) { ACTSPARSE_REQUIRE_IMPORTANCE_SCORER(S); }
+template <class S>
+void use_scorer(const S&) {
+  ACTSPARSE_REQUIRE_IMPORTANCE_SCORER(S);
+}
 
 int main() { use_scorer(not_a_scorer{}); }

@@ -19,9 +19,9 @@ TEST_CASE("f16 conversion rounds to nearest even and keeps specials") {
   CHECK(to_f16(1.0F).bits == 0x3c00);
   CHECK(to_f16(-2.0F).bits == 0xc000);
   CHECK(to_f16(65504.0F).bits == 0x7bff);
-  CHECK(to_f16(65520.0F).bits == 0x7c00);  // rounds up to inf
-  CHECK(to_f16(0x1p-24F).bits == 0x0001);  // smallest subnormal
-  CHECK(to_f16(0x1p-25F).bits == 0x0000);  // halfway to 0: ties to even
+  CHECK(to_f16(65520.0F).bits == 0x7c00);         // rounds up to inf
+  CHECK(to_f16(0x1p-24F).bits == 0x0001);         // smallest subnormal
+  CHECK(to_f16(0x1p-25F).bits == 0x0000);         // halfway to 0: ties to even
   CHECK(to_f16(1.0F + 0x1p-11F).bits == 0x3c00);  // halfway between 1 and next: even is 1
   CHECK(to_f16(1.0F + 3 * 0x1p-11F).bits == 0x3c02);
   CHECK(to_f16(std::numeric_limits<float>::infinity()).bits == 0x7c00);

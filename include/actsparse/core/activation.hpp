@@ -15,9 +15,12 @@ enum class activation : std::uint8_t {
 
 [[nodiscard]] constexpr std::string_view name(activation a) noexcept {
   switch (a) {
-  case activation::silu: return "silu";
-  case activation::gelu: return "gelu";
-  case activation::relu: return "relu";
+    case activation::silu:
+      return "silu";
+    case activation::gelu:
+      return "gelu";
+    case activation::relu:
+      return "relu";
   }
   return "?";
 }
@@ -26,16 +29,21 @@ enum class activation : std::uint8_t {
 
 [[nodiscard]] inline float gelu(float g) noexcept {
   constexpr float sqrt_2_over_pi = 0.7978845608028654F;
-  return 0.5F * g * (1.0F + std::tanh(sqrt_2_over_pi * (g + 0.044715F * g * g * g)));
+  // Explicit fma so that -ffp-contract cannot change the bits between translation units.
+  const float inner = std::fma(0.044715F * g * g, g, g);
+  return 0.5F * g * (1.0F + std::tanh(sqrt_2_over_pi * inner));
 }
 
 [[nodiscard]] inline float relu(float g) noexcept { return g > 0.0F ? g : 0.0F; }
 
 [[nodiscard]] inline float apply(activation a, float g) noexcept {
   switch (a) {
-  case activation::silu: return silu(g);
-  case activation::gelu: return gelu(g);
-  case activation::relu: return relu(g);
+    case activation::silu:
+      return silu(g);
+    case activation::gelu:
+      return gelu(g);
+    case activation::relu:
+      return relu(g);
   }
   return g;
 }

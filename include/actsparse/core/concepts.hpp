@@ -20,11 +20,12 @@ namespace actsparse {
 //   s.score_count(in) -> size_t                 how many scores it writes for that input
 //   s.score(in, std::span<float> out)           writes them (out.size() == score_count(in))
 template <class S>
-concept importance_scorer = std::copy_constructible<S> && requires { typename S::input_type; } &&
-                            requires(const S& s, const typename S::input_type& in, std::span<float> out) {
-                              { s.score_count(in) } -> std::convertible_to<std::size_t>;
-                              s.score(in, out);
-                            };
+concept importance_scorer = std::copy_constructible<S> && requires {
+  typename S::input_type;
+} && requires(const S& s, const typename S::input_type& in, std::span<float> out) {
+  { s.score_count(in) } -> std::convertible_to<std::size_t>;
+  s.score(in, out);
+};
 
 // Chooses which candidates to keep from their scores.
 //   s.select(std::span<const float> scores, selection& out)
@@ -36,7 +37,10 @@ concept selector = std::copy_constructible<S> && requires(const S& s, std::span<
 // Gives per-layer parameters.
 //   typename S::value_type;  s.at(layer) -> value_type
 template <class S>
-concept layer_schedule = requires { typename S::value_type; } && requires(const S& s, std::size_t layer) {
+concept layer_schedule = requires {
+  typename S::value_type;
+}
+&&requires(const S& s, std::size_t layer) {
   { s.at(layer) } -> std::convertible_to<typename S::value_type>;
 };
 
@@ -45,16 +49,16 @@ enum class tier : std::uint8_t { absent, full, compressed };
 
 // Stores activation rows by position in a full-precision tier and a compressed tier.
 template <class M>
-concept activation_manager =
-    requires(M& m, const M& cm, std::uint64_t pos, std::span<const float> row, std::span<float> out) {
-      { cm.row_size() } -> std::convertible_to<std::size_t>;
-      m.store(pos, row);
-      cm.retrieve(pos, out);
-      m.promote(pos);
-      m.demote(pos);
-      { cm.tier_of(pos) } -> std::same_as<tier>;
-      { cm.bytes_held() } -> std::convertible_to<std::size_t>;
-    };
+concept activation_manager = requires(M& m, const M& cm, std::uint64_t pos, std::span<const float> row,
+                                      std::span<float> out) {
+  { cm.row_size() } -> std::convertible_to<std::size_t>;
+  m.store(pos, row);
+  cm.retrieve(pos, out);
+  m.promote(pos);
+  m.demote(pos);
+  { cm.tier_of(pos) } -> std::same_as<tier>;
+  { cm.bytes_held() } -> std::convertible_to<std::size_t>;
+};
 
 // Where a backend's buffers live.
 enum class memory_space : std::uint8_t { host, cuda_device, metal_shared };
@@ -86,8 +90,8 @@ concept backend = requires {
 };
 
 template <class B, class Args>
-concept backend_for = backend<B> && requires(const B& b, const Args& args, std::span<std::byte> workspace,
-                                             typename B::executor_type& ex) {
+concept backend_for = backend<B> &&
+    requires(const B& b, const Args& args, std::span<std::byte> workspace, typename B::executor_type& ex) {
   { b.can_implement(args) } -> std::same_as<status>;
   { b.workspace_size(args) } -> std::convertible_to<std::size_t>;
   { b.run(args, workspace, ex) } -> std::same_as<status>;
@@ -96,25 +100,25 @@ concept backend_for = backend<B> && requires(const B& b, const Args& args, std::
 }  // namespace actsparse
 
 // Use these at the point where a template needs a role; the message is the diagnostic.
-#define ACTSPARSE_REQUIRE_IMPORTANCE_SCORER(S)                                                                    \
-  static_assert(::actsparse::importance_scorer<S>,                                                              \
-                "actsparse: this type is not an importance_scorer. It needs: typename input_type; "             \
-                "std::size_t score_count(const input_type&) const; void score(const input_type&, "              \
+#define ACTSPARSE_REQUIRE_IMPORTANCE_SCORER(S)                                                      \
+  static_assert(::actsparse::importance_scorer<S>,                                                  \
+                "actsparse: this type is not an importance_scorer. It needs: typename input_type; " \
+                "std::size_t score_count(const input_type&) const; void score(const input_type&, "  \
                 "std::span<float>) const.")
-#define ACTSPARSE_REQUIRE_SELECTOR(S)                                                                             \
+#define ACTSPARSE_REQUIRE_SELECTOR(S)                                                                           \
   static_assert(::actsparse::selector<S>,                                                                       \
                 "actsparse: this type is not a selector. It needs: void select(std::span<const float> scores, " \
                 "actsparse::selection& out) const.")
-#define ACTSPARSE_REQUIRE_LAYER_SCHEDULE(S)                                                                       \
-  static_assert(::actsparse::layer_schedule<S>,                                                                 \
-                "actsparse: this type is not a layer_schedule. It needs: typename value_type; value_type "      \
+#define ACTSPARSE_REQUIRE_LAYER_SCHEDULE(S)                                                                \
+  static_assert(::actsparse::layer_schedule<S>,                                                            \
+                "actsparse: this type is not a layer_schedule. It needs: typename value_type; value_type " \
                 "at(std::size_t layer) const.")
-#define ACTSPARSE_REQUIRE_ACTIVATION_MANAGER(M)                                                                   \
-  static_assert(::actsparse::activation_manager<M>,                                                             \
-                "actsparse: this type is not an activation_manager. It needs: row_size(), store(pos, row), "    \
+#define ACTSPARSE_REQUIRE_ACTIVATION_MANAGER(M)                                                              \
+  static_assert(::actsparse::activation_manager<M>,                                                          \
+                "actsparse: this type is not an activation_manager. It needs: row_size(), store(pos, row), " \
                 "retrieve(pos, out) const, promote(pos), demote(pos), tier_of(pos) -> tier, bytes_held().")
-#define ACTSPARSE_REQUIRE_BACKEND_FOR(B, Args)                                                                    \
-  static_assert(::actsparse::backend_for<B, Args>,                                                              \
-                "actsparse: this type is not a backend for this operation. It needs: name, memory, "            \
-                "executor_type, and can_implement(args) -> status, workspace_size(args), "                      \
+#define ACTSPARSE_REQUIRE_BACKEND_FOR(B, Args)                                                       \
+  static_assert(::actsparse::backend_for<B, Args>,                                                   \
+                "actsparse: this type is not a backend for this operation. It needs: name, memory, " \
+                "executor_type, and can_implement(args) -> status, workspace_size(args), "           \
                 "run(args, std::span<std::byte>, executor_type&) -> status for these arguments.")

@@ -15,11 +15,16 @@ enum class dtype : std::uint8_t { f32, bf16, f16, q8_0, q4_0 };
 
 [[nodiscard]] constexpr std::string_view name(dtype t) noexcept {
   switch (t) {
-  case dtype::f32: return "f32";
-  case dtype::bf16: return "bf16";
-  case dtype::f16: return "f16";
-  case dtype::q8_0: return "q8_0";
-  case dtype::q4_0: return "q4_0";
+    case dtype::f32:
+      return "f32";
+    case dtype::bf16:
+      return "bf16";
+    case dtype::f16:
+      return "f16";
+    case dtype::q8_0:
+      return "q8_0";
+    case dtype::q4_0:
+      return "q4_0";
   }
   return "?";
 }
@@ -112,24 +117,30 @@ static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must be byte-identical to gg
 static_assert(offsetof(block_q8_0, qs) == 2 && offsetof(block_q4_0, qs) == 2);
 
 // Compile-time facts about each storage type.
-template <class T> struct dtype_traits;
-template <> struct dtype_traits<float> {
+template <class T>
+struct dtype_traits;
+template <>
+struct dtype_traits<float> {
   static constexpr dtype type = dtype::f32;
   static constexpr std::size_t block_values = 1;
 };
-template <> struct dtype_traits<bf16> {
+template <>
+struct dtype_traits<bf16> {
   static constexpr dtype type = dtype::bf16;
   static constexpr std::size_t block_values = 1;
 };
-template <> struct dtype_traits<f16> {
+template <>
+struct dtype_traits<f16> {
   static constexpr dtype type = dtype::f16;
   static constexpr std::size_t block_values = 1;
 };
-template <> struct dtype_traits<block_q8_0> {
+template <>
+struct dtype_traits<block_q8_0> {
   static constexpr dtype type = dtype::q8_0;
   static constexpr std::size_t block_values = qk8_0;
 };
-template <> struct dtype_traits<block_q4_0> {
+template <>
+struct dtype_traits<block_q4_0> {
   static constexpr dtype type = dtype::q4_0;
   static constexpr std::size_t block_values = qk4_0;
 };
@@ -148,11 +159,15 @@ concept weight_storage = requires {
 // Bytes per storage element (a value, or a block).
 [[nodiscard]] constexpr std::size_t block_bytes(dtype t) noexcept {
   switch (t) {
-  case dtype::f32: return 4;
-  case dtype::bf16:
-  case dtype::f16: return 2;
-  case dtype::q8_0: return sizeof(block_q8_0);
-  case dtype::q4_0: return sizeof(block_q4_0);
+    case dtype::f32:
+      return 4;
+    case dtype::bf16:
+    case dtype::f16:
+      return 2;
+    case dtype::q8_0:
+      return sizeof(block_q8_0);
+    case dtype::q4_0:
+      return sizeof(block_q4_0);
   }
   return 0;
 }
@@ -164,17 +179,24 @@ concept weight_storage = requires {
 }
 
 // Calls f(type_tag<T>{}) with T the storage type of t.
-template <class T> struct type_tag {
+template <class T>
+struct type_tag {
   using type = T;
 };
 
-template <class F> decltype(auto) visit_dtype(dtype t, F&& f) {
+template <class F>
+decltype(auto) visit_dtype(dtype t, F&& f) {
   switch (t) {
-  case dtype::bf16: return f(type_tag<bf16>{});
-  case dtype::f16: return f(type_tag<f16>{});
-  case dtype::q8_0: return f(type_tag<block_q8_0>{});
-  case dtype::q4_0: return f(type_tag<block_q4_0>{});
-  case dtype::f32: break;
+    case dtype::bf16:
+      return f(type_tag<bf16>{});
+    case dtype::f16:
+      return f(type_tag<f16>{});
+    case dtype::q8_0:
+      return f(type_tag<block_q8_0>{});
+    case dtype::q4_0:
+      return f(type_tag<block_q4_0>{});
+    case dtype::f32:
+      break;
   }
   return f(type_tag<float>{});
 }

@@ -11,13 +11,14 @@ namespace actsparse {
 
 template <class E>
 concept executor = requires(E& e, std::size_t n, std::function<void(std::size_t)> task) {
-  { e.parallel_for(n, task) };
+  {e.parallel_for(n, task)};
   { e.concurrency() } -> std::convertible_to<std::size_t>;
 };
 
 // Runs every task on the calling thread, in order.
 struct inline_executor {
-  template <class F> void parallel_for(std::size_t n, F&& task) const {
+  template <class F>
+  void parallel_for(std::size_t n, F&& task) const {
     for (std::size_t i = 0; i < n; ++i) task(i);
   }
   [[nodiscard]] constexpr std::size_t concurrency() const noexcept { return 1; }

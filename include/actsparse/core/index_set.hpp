@@ -15,7 +15,7 @@ namespace actsparse {
 
 // Sorted, unique u32 indices (rows of a weight matrix, tokens, experts).
 class index_set {
-public:
+ public:
   index_set() = default;
 
   // Takes indices that are already sorted and unique; checks that they are.
@@ -64,7 +64,7 @@ public:
   std::uint32_t operator[](std::size_t i) const noexcept { return indices_[i]; }
   friend bool operator==(const index_set&, const index_set&) = default;
 
-private:
+ private:
   std::vector<std::uint32_t> indices_;
 };
 
@@ -78,7 +78,7 @@ struct index_span {
 
 // Disjoint ascending spans.
 class span_list {
-public:
+ public:
   [[nodiscard]] std::span<const index_span> spans() const noexcept { return spans_; }
   [[nodiscard]] std::size_t size() const noexcept { return spans_.size(); }
   [[nodiscard]] bool empty() const noexcept { return spans_.empty(); }
@@ -98,7 +98,7 @@ public:
   void push_back(index_span s) { spans_.push_back(s); }
   friend bool operator==(const span_list&, const span_list&) = default;
 
-private:
+ private:
   std::vector<index_span> spans_;
 };
 

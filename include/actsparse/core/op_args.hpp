@@ -11,13 +11,14 @@
 
 namespace actsparse {
 
-// Either every index, or a sorted unique list of them.
+// Either every index, or a sorted unique list of them. Build it with everything() or only():
+// `all` comes first so that `subset{indices}` does not compile (it would silently mean "all").
 struct subset {
-  std::span<const std::uint32_t> indices;
   bool all = true;
+  std::span<const std::uint32_t> indices{};
 
   static constexpr subset everything() noexcept { return {}; }
-  static constexpr subset only(std::span<const std::uint32_t> sorted_unique) noexcept { return {sorted_unique, false}; }
+  static constexpr subset only(std::span<const std::uint32_t> sorted_unique) noexcept { return {false, sorted_unique}; }
   [[nodiscard]] constexpr std::size_t count(std::size_t n) const noexcept { return all ? n : indices.size(); }
 };
 
@@ -56,11 +57,11 @@ struct gated_ffn_args {
 // rows of residual are left as they are.
 struct token_ffn_args {
   activation act = activation::silu;
-  weight_view gate;                 // [d_ff × d_model]
-  weight_view up;                   // [d_ff × d_model]
-  weight_view down;                 // [d_model × d_ff]
-  matrix_view<const float> input;   // [tokens × d_model], the FFN input (normalised)
-  matrix_view<float> residual;      // [tokens × d_model], updated in place
+  weight_view gate;                // [d_ff × d_model]
+  weight_view up;                  // [d_ff × d_model]
+  weight_view down;                // [d_model × d_ff]
+  matrix_view<const float> input;  // [tokens × d_model], the FFN input (normalised)
+  matrix_view<float> residual;     // [tokens × d_model], updated in place
   subset tokens;
 };
 

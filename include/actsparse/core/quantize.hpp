@@ -62,7 +62,8 @@ inline void dequantize(const block_q4_0& b, std::span<float, qk4_0> out) noexcep
 }
 
 // Converts n values of one row from storage type T to f32 (n a multiple of the block size).
-template <weight_storage T> void dequantize_row(const T* row, float* out, std::size_t n) noexcept {
+template <weight_storage T>
+void dequantize_row(const T* row, float* out, std::size_t n) noexcept {
   if constexpr (std::is_same_v<T, float>) {
     std::copy_n(row, n, out);
   } else if constexpr (dtype_traits<T>::block_values == 1) {
@@ -74,7 +75,8 @@ template <weight_storage T> void dequantize_row(const T* row, float* out, std::s
 }
 
 // Converts n f32 values to storage type T (n a multiple of the block size: checked).
-template <weight_storage T> void quantize_row(const float* x, T* out, std::size_t n) {
+template <weight_storage T>
+void quantize_row(const float* x, T* out, std::size_t n) {
   constexpr std::size_t bv = dtype_traits<T>::block_values;
   detail::require(n % bv == 0, "quantize_row", "n", n, "a multiple of the block size (32 for q8_0 / q4_0)");
   if constexpr (std::is_same_v<T, float>) {

@@ -23,11 +23,16 @@ enum class fallback_reason : std::uint8_t {
 
 [[nodiscard]] constexpr std::string_view name(fallback_reason r) noexcept {
   switch (r) {
-  case fallback_reason::none: return "none";
-  case fallback_reason::all_zero: return "all_zero";
-  case fallback_reason::negative: return "negative";
-  case fallback_reason::non_finite: return "non_finite";
-  case fallback_reason::dense_layer: return "dense_layer";
+    case fallback_reason::none:
+      return "none";
+    case fallback_reason::all_zero:
+      return "all_zero";
+    case fallback_reason::negative:
+      return "negative";
+    case fallback_reason::non_finite:
+      return "non_finite";
+    case fallback_reason::dense_layer:
+      return "dense_layer";
   }
   return "?";
 }

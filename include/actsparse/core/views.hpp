@@ -14,7 +14,8 @@
 
 namespace actsparse {
 
-template <class T> struct matrix_view {
+template <class T>
+struct matrix_view {
   using element_type = T;
   using storage_type = std::remove_const_t<T>;
   using byte_type = std::conditional_t<std::is_const_v<T>, const std::byte, std::byte>;
@@ -38,8 +39,7 @@ template <class T> struct matrix_view {
   [[nodiscard]] bool empty() const noexcept { return rows == 0 || cols == 0; }
 
   operator matrix_view<const T>() const noexcept  // NOLINT(google-explicit-constructor): like T* -> const T*
-    requires(!std::is_const_v<T>)
-  {
+      requires(!std::is_const_v<T>) {
     return {data, rows, cols, row_stride};
   }
 };
@@ -62,7 +62,8 @@ struct weight_view {
   weight_view(matrix_view<T> v) noexcept  // NOLINT(google-explicit-constructor)
       : weight_view(matrix_view<const T>(v)) {}
 
-  template <weight_storage T> [[nodiscard]] matrix_view<const T> as() const noexcept {
+  template <weight_storage T>
+  [[nodiscard]] matrix_view<const T> as() const noexcept {
     return {static_cast<const T*>(data), rows, cols, row_stride};
   }
 };
@@ -91,20 +92,21 @@ template <class T>
 inline void validate(const weight_view& w, std::string_view where, std::string_view argument) {
   const std::size_t bv = block_values(w.type);
   if (w.cols % bv != 0) {
-    detail::fail(where, argument, std::to_string(w.cols) + " values per row of " + std::string(name(w.type)),
-                 "a multiple of 32 values per row for q8_0 / q4_0 weights");
+    detail::fail_described(where, argument, std::to_string(w.cols) + " values per row of " + std::string(name(w.type)),
+                           "a multiple of 32 values per row for q8_0 / q4_0 weights");
   }
   if (w.rows > 1 && w.row_stride < row_bytes(w.type, w.cols)) {
-    detail::fail(where, argument, "a row stride of " + std::to_string(w.row_stride) + " bytes",
-                 "at least " + std::to_string(row_bytes(w.type, w.cols)) + " bytes (one row of " +
-                     std::to_string(w.cols) + " " + std::string(name(w.type)) + " values)");
+    detail::fail_described(where, argument, "a row stride of " + std::to_string(w.row_stride) + " bytes",
+                           "at least " + std::to_string(row_bytes(w.type, w.cols)) + " bytes (one row of " +
+                               std::to_string(w.cols) + " " + std::string(name(w.type)) + " values)");
   }
   if (w.data == nullptr && w.rows != 0 && w.cols != 0) {
-    detail::fail(where, argument, "a null data pointer", "memory for a non-empty matrix");
+    detail::fail_described(where, argument, "a null data pointer", "memory for a non-empty matrix");
   }
 }
 
-template <class T> void validate(const matrix_view<T>& m, std::string_view where, std::string_view argument) {
+template <class T>
+void validate(const matrix_view<T>& m, std::string_view where, std::string_view argument) {
   validate(weight_view(matrix_view<const std::remove_const_t<T>>(m)), where, argument);
 }
 

@@ -1,0 +1,159 @@
+#pragma once
+// The reference kernels: plain scalar loops whose order of operations is the definition of
+// every operation. Each weight row is dequantized to f32, then multiplied with the vector
+// in f32, one std::fma per term, index ascending, starting from +0. The dense and the sparse
+// kernels are written separately but share that order, so a subset that keeps everything
+// gives bitwise the dense result.
+//
+// Preconditions (shapes, index ranges, scratch sizes) are the caller's: reference_backend
+// checks them before it calls a kernel. Weights are weight_view, so any dtype (and a typed
+// matrix_view<const T>, which converts to one) is accepted, row by row.
+
+#include <actsparse/core/activation.hpp>
+#include <actsparse/core/dtype.hpp>
+#include <actsparse/core/op_args.hpp>
+#include <actsparse/core/quantize.hpp>
+#include <actsparse/core/views.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace actsparse::reference {
+
+// acc + a·b with a single rounding. Every multiply-add of the reference goes through here so
+// that no compiler setting (-ffp-contract, an FMA-capable -march) can change a result.
+[[nodiscard]] inline float madd(float a, float b, float acc) noexcept { return std::fma(a, b, acc); }
+
+// Σ_k a[k]·b[k], k = 0, 1, ..., n-1 (n = a.size() = b.size()).
+[[nodiscard]] inline float dot(std::span<const float> a, std::span<const float> b) noexcept {
+  float acc = 0.0F;
+  for (std::size_t k = 0; k < a.size(); ++k) acc = madd(a[k], b[k], acc);
+  return acc;
+}
+
+// Σ_{j ∈ kept} a[j]·b[j], kept ascending: the dot product with the skipped entries of b read as 0.
+[[nodiscard]] inline float dot_kept(std::span<const float> a, std::span<const float> b,
+                                    std::span<const std::uint32_t> kept) noexcept {
+  float acc = 0.0F;
+  for (const std::uint32_t j : kept) acc = madd(a[j], b[j], acc);
+  return acc;
+}
+
+// Σ_k a[kept[k]]·b[k]: as dot_kept, with b holding only the kept entries (b.size() = kept.size()).
+[[nodiscard]] inline float dot_kept_compact(std::span<const float> a, std::span<const float> b,
+                                            std::span<const std::uint32_t> kept) noexcept {
+  float acc = 0.0F;
+  for (std::size_t k = 0; k < kept.size(); ++k) acc = madd(a[kept[k]], b[k], acc);
+  return acc;
+}
+
+// Row i of w as f32 (out.size() = w.cols).
+inline void dequantize_row(const weight_view& w, std::size_t i, std::span<float> out) noexcept {
+  visit_dtype(w.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    actsparse::dequantize_row<T>(w.as<T>().row(i), out.data(), w.cols);
+  });
+}
+
+// W[i, :]·x, dequantizing the row into `row` (row.size() >= w.cols) first.
+[[nodiscard]] inline float row_dot(const weight_view& w, std::size_t i, std::span<const float> x,
+                                   std::span<float> row) noexcept {
+  const std::span<float> r = row.first(w.cols);
+  dequantize_row(w, i, r);
+  return dot(r, x);
+}
+
+// y = W x (y.size() = w.rows, x.size() = w.cols).
+inline void dense_gemv(const weight_view& w, std::span<const float> x, std::span<float> y,
+                       std::span<float> row) noexcept {
+  for (std::size_t i = 0; i < w.rows; ++i) y[i] = row_dot(w, i, x, row);
+}
+
+// y[k] = W[rows[k], :]·x (output-sparse: only the listed rows are read).
+inline void row_gather_gemv(const weight_view& w, std::span<const std::uint32_t> rows, std::span<const float> x,
+                            std::span<float> y, std::span<float> row) noexcept {
+  for (std::size_t k = 0; k < rows.size(); ++k) y[k] = row_dot(w, rows[k], x, row);
+}
+
+// y = Σ_{j ∈ inputs} W[:, j]·x[j] (input-sparse: the skipped inputs count as 0). Computed as
+// y[i] = Σ_{j ∈ inputs} W[i, j]·x[j] per row, j ascending: the order of dense_gemv.
+inline void input_sparse_linear(const weight_view& w, std::span<const std::uint32_t> inputs, std::span<const float> x,
+                                std::span<float> y, std::span<float> row) noexcept {
+  const std::span<float> r = row.first(w.cols);
+  for (std::size_t i = 0; i < w.rows; ++i) {
+    dequantize_row(w, i, r);
+    y[i] = dot_kept(r, x, inputs);
+  }
+}
+
+// The weights of one gated FFN: gate and up [d_ff × d_model], down [d_model × d_ff].
+struct gated_weights {
+  activation act = activation::silu;
+  weight_view gate;
+  weight_view up;
+  weight_view down;
+
+  [[nodiscard]] std::size_t d_model() const noexcept { return gate.cols; }
+  [[nodiscard]] std::size_t d_ff() const noexcept { return gate.rows; }
+};
+
+// Neuron j's hidden value act(g_j)·u_j, with g_j = W_gate[j, :]·x unless the activated gate
+// is given (gate_act not empty: act(g_j) = gate_act[j]).
+[[nodiscard]] inline float hidden(const gated_weights& f, std::size_t j, std::span<const float> x,
+                                  std::span<const float> gate_act, std::span<float> row) noexcept {
+  const float a = gate_act.empty() ? apply(f.act, row_dot(f.gate, j, x, row)) : gate_act[j];
+  return a * row_dot(f.up, j, x, row);
+}
+
+// h[j] for every neuron j (h.size() = d_ff).
+inline void dense_hidden(const gated_weights& f, std::span<const float> x, std::span<const float> gate_act,
+                         std::span<float> h, std::span<float> row) noexcept {
+  for (std::size_t j = 0; j < f.d_ff(); ++j) h[j] = hidden(f, j, x, gate_act, row);
+}
+
+// h[k] for the kept neurons j = neurons[k] only (h.size() = neurons.size()).
+inline void sparse_hidden(const gated_weights& f, std::span<const std::uint32_t> neurons, std::span<const float> x,
+                          std::span<const float> gate_act, std::span<float> h, std::span<float> row) noexcept {
+  for (std::size_t k = 0; k < neurons.size(); ++k) h[k] = hidden(f, neurons[k], x, gate_act, row);
+}
+
+// Dense gated FFN: y = W_down h, y[i] = Σ_j W_down[i, j]·h[j], j ascending. Scratch: row holds
+// max(d_model, d_ff) values, h holds d_ff.
+inline void dense_gated_ffn(const gated_weights& f, std::span<const float> x, std::span<const float> gate_act,
+                            std::span<float> y, std::span<float> h, std::span<float> row) noexcept {
+  dense_hidden(f, x, gate_act, h, row);
+  for (std::size_t i = 0; i < f.down.rows; ++i) y[i] = row_dot(f.down, i, h, row);
+}
+
+// Neuron-sparse gated FFN: y = Σ_{j ∈ neurons} W_down[:, j]·h_j, computed per output as
+// y[i] = Σ_{j ∈ neurons} W_down[i, j]·h_j, j ascending (the order of dense_gated_ffn). Scratch:
+// row holds max(d_model, d_ff) values, h holds neurons.size().
+inline void neuron_sparse_gated_ffn(const gated_weights& f, std::span<const std::uint32_t> neurons,
+                                    std::span<const float> x, std::span<const float> gate_act, std::span<float> y,
+                                    std::span<float> h, std::span<float> row) noexcept {
+  sparse_hidden(f, neurons, x, gate_act, h, row);
+  const std::span<float> r = row.first(f.down.cols);
+  for (std::size_t i = 0; i < f.down.rows; ++i) {
+    dequantize_row(f.down, i, r);
+    y[i] = dot_kept_compact(r, h, neurons);
+  }
+}
+
+// Token-sparse FFN: residual[t, :] += FFN(input[t, :]) for t in tokens (a dense FFN per
+// token); the other rows are not touched. residual[t, i] + y_i is one f32 addition of the
+// dense_gated_ffn output. Scratch: row holds max(d_model, d_ff) values, h holds d_ff.
+inline void token_sparse_ffn(const gated_weights& f, matrix_view<const float> input, matrix_view<float> residual,
+                             subset tokens, std::span<float> h, std::span<float> row) noexcept {
+  const std::size_t n = tokens.count(input.rows);
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t t = tokens.all ? k : tokens.indices[k];
+    const std::span<const float> x(input.row(t), input.cols);
+    const std::span<float> out(residual.row(t), residual.cols);
+    dense_hidden(f, x, {}, h, row);
+    for (std::size_t i = 0; i < f.down.rows; ++i) out[i] = out[i] + row_dot(f.down, i, h, row);
+  }
+}
+
+}  // namespace actsparse::reference

@@ -1,0 +1,62 @@
+#pragma once
+// Keeps every score above a fixed threshold: no ranking, so it is the cheapest selector
+// and the one calibration (calibration/threshold_calibration.hpp) produces per layer.
+
+#include <actsparse/core/concepts.hpp>
+#include <actsparse/core/error.hpp>
+#include <actsparse/core/selection.hpp>
+#include <actsparse/selectors/detail/partition.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace actsparse {
+
+// Keeps the indices whose score is strictly greater than t. The default t = 0 keeps the
+// non-zero magnitudes: exact gating of ReLU-style activations. t = -inf keeps every
+// finite score; the result may be empty. NaN scores are an error (they compare false
+// with everything, so "keep" would be a guess); +-inf scores are fine, and then
+// covered_mass and total_mass are 0 (infinite scores are not a mass). O(n).
+struct threshold {
+  float t = 0.0F;
+
+  void select(std::span<const float> scores, selection& out) const {
+    constexpr std::string_view where = "threshold::select";
+    detail::require(!std::isnan(t), where, "t", t, "a threshold that is not NaN");
+    const std::size_t n = scores.size();
+    detail::require_universe(where, n);
+    const detail::score_scan scan = detail::scan_scores(scores);
+    if (scan.non_finite) {
+      if (const std::size_t bad = detail::first_nan(scores); bad < n) {
+        detail::fail_score(where, scores, bad, "a score that is not NaN");
+      }
+    }
+    out.reset(n);
+    out.indices.resize(n);
+    std::uint32_t* dst = out.indices.data();
+    std::size_t cnt = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      dst[cnt] = static_cast<std::uint32_t>(i);  // branch-free: the keep test is data dependent
+      cnt += static_cast<std::size_t>(scores[i] > t);
+    }
+    out.indices.resize(cnt);
+    if (!scan.non_finite) {
+      out.total_mass = scan.total;
+      out.covered_mass = cnt == n ? scan.total : detail::sum_kept(scores, out.indices);
+    }
+  }
+
+  [[nodiscard]] selection select(std::span<const float> scores) const {
+    selection out;
+    select(scores, out);
+    return out;
+  }
+
+  friend bool operator==(const threshold&, const threshold&) = default;
+};
+
+ACTSPARSE_REQUIRE_SELECTOR(threshold);
+
+}  // namespace actsparse

@@ -1,0 +1,79 @@
+#pragma once
+// Keeps the k highest scores: a fixed budget per call, whatever the scores look like.
+
+#include <actsparse/core/concepts.hpp>
+#include <actsparse/core/error.hpp>
+#include <actsparse/core/selection.hpp>
+#include <actsparse/selectors/detail/partition.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace actsparse {
+
+// Keeps the k highest scores; among equal scores the lower index wins. Set either k (a
+// count) or keep_ratio (a fraction r of n, k = ceil(r * n) computed in double), not both.
+// k = 0 keeps nothing; k = n keeps everything. Scores must be finite (NaN and infinity
+// cannot be ranked: an error names the first one). Average O(n), no allocation once
+// `out` has grown to n.
+struct top_k {
+  std::size_t k = 0;
+  std::optional<double> keep_ratio{};
+
+  [[nodiscard]] static top_k by_count(std::size_t k) noexcept { return top_k{k, std::nullopt}; }
+  [[nodiscard]] static top_k by_ratio(double r) noexcept { return top_k{0, r}; }
+
+  // The count kept out of n candidates.
+  [[nodiscard]] std::size_t count_for(std::size_t n) const {
+    constexpr std::string_view where = "top_k::select";
+    if (!keep_ratio) {
+      if (k > n) detail::fail(where, "k", k, "at most n = " + std::to_string(n) + " (the number of scores)");
+      return k;
+    }
+    detail::require(k == 0, where, "k", k, "0 when keep_ratio is set (set either k or keep_ratio, not both)");
+    const double r = *keep_ratio;
+    detail::require(r >= 0.0 && r <= 1.0, where, "keep_ratio", r, "a fraction in [0, 1]");
+    const double c = std::ceil(r * static_cast<double>(n));
+    return c >= static_cast<double>(n) ? n : static_cast<std::size_t>(c);
+  }
+
+  void select(std::span<const float> scores, selection& out) const {
+    constexpr std::string_view where = "top_k::select";
+    const std::size_t n = scores.size();
+    detail::require_universe(where, n);
+    const std::size_t kk = count_for(n);
+    out.reset(n);
+    out.scratch_scores.resize(n);
+    const std::span<float> work(out.scratch_scores);
+    const bool ranks = kk != 0 && kk != n;
+    const detail::bracket b = ranks ? detail::plan_count(scores, kk) : detail::bracket{};
+    const detail::pass_result scan = detail::scan_pass<false>(scores, b, work.data());
+    if (scan.non_finite) {
+      detail::fail_score(where, scores, detail::first_non_finite(scores),
+                         "a finite score (NaN and infinity cannot be ranked)");
+    }
+    out.total_mass = scan.total;
+    if (kk == n) {
+      out.keep_all(n, fallback_reason::none);
+      out.covered_mass = scan.total;
+    } else if (kk != 0) {
+      detail::emit_cut(scores, detail::count_cut(scores, kk, b, scan, work), out.indices);
+      out.covered_mass = detail::sum_kept(scores, out.indices);
+    }
+  }
+
+  [[nodiscard]] selection select(std::span<const float> scores) const {
+    selection out;
+    select(scores, out);
+    return out;
+  }
+
+  friend bool operator==(const top_k&, const top_k&) = default;
+};
+
+ACTSPARSE_REQUIRE_SELECTOR(top_k);
+
+}  // namespace actsparse

@@ -1,0 +1,377 @@
+// The ranking selectors (top_k, cumulative_mass, threshold) against straightforward
+// oracles: a stable sort by (score descending, index ascending) and plain index-order sums.
+
+#include <actsparse/core/error.hpp>
+#include <actsparse/core/selection.hpp>
+#include <actsparse/selectors/cumulative_mass.hpp>
+#include <actsparse/selectors/threshold.hpp>
+#include <actsparse/selectors/top_k.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace actsparse;
+
+namespace {
+
+constexpr float inf = std::numeric_limits<float>::infinity();
+constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+
+const std::vector<std::size_t> sizes = {1, 2, 3, 7, 33, 100, 1000, 2047, 2048, 2049, 5000, 11008};
+
+enum class dist { uniform, silu, ties, zeros, heavy_tail, constant, wide_range, signed_zeros, gaussian };
+const std::vector<dist> non_negative = {dist::uniform,    dist::silu,     dist::ties,       dist::zeros,
+                                        dist::heavy_tail, dist::constant, dist::wide_range, dist::signed_zeros};
+
+std::vector<float> draw(dist d, std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(0.0F, 1.0F);
+  std::normal_distribution<float> g(0.0F, 1.0F);
+  std::uniform_int_distribution<int> small(0, 3);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    switch (d) {
+    case dist::uniform: x = u(rng); break;
+    case dist::silu: {
+      const float z = g(rng);
+      x = std::fabs(z / (1.0F + std::exp(-z)));
+      break;
+    }
+    case dist::ties: x = static_cast<float>(small(rng)); break;
+    case dist::zeros: x = u(rng) < 0.5F ? 0.0F : u(rng); break;
+    case dist::heavy_tail: x = std::pow(u(rng), 8.0F) * 1000.0F; break;
+    case dist::constant: x = 1.0F; break;
+    case dist::wide_range: x = std::exp(60.0F * u(rng) - 30.0F); break;
+    case dist::signed_zeros: x = small(rng) == 0 ? -0.0F : (small(rng) == 1 ? 0.0F : static_cast<float>(small(rng))); break;
+    case dist::gaussian: x = g(rng); break;
+    }
+  }
+  return v;
+}
+
+// Indices by (score descending, index ascending).
+std::vector<std::uint32_t> ranking(const std::vector<float>& s) {
+  std::vector<std::uint32_t> r(s.size());
+  std::iota(r.begin(), r.end(), 0U);
+  std::stable_sort(r.begin(), r.end(), [&](std::uint32_t a, std::uint32_t b) { return s[a] > s[b]; });
+  return r;
+}
+
+std::vector<std::uint32_t> top_of(const std::vector<std::uint32_t>& rank, std::size_t k) {
+  std::vector<std::uint32_t> t(rank.begin(), rank.begin() + static_cast<std::ptrdiff_t>(k));
+  std::sort(t.begin(), t.end());
+  return t;
+}
+
+double index_sum(const std::vector<float>& s, const std::vector<std::uint32_t>& sorted_idx) {
+  double t = 0.0;
+  for (const auto i : sorted_idx) t += static_cast<double>(s[i]);
+  return t;
+}
+
+bool sorted_unique(const selection& sel) {
+  return std::adjacent_find(sel.indices.begin(), sel.indices.end(),
+                            [](std::uint32_t a, std::uint32_t b) { return a >= b; }) == sel.indices.end();
+}
+
+// The smallest top set whose index-order sum reaches target, by binary search over its
+// size (the sum never decreases as the set grows).
+std::size_t mass_count(const std::vector<float>& s, const std::vector<std::uint32_t>& rank, double target) {
+  if (!(target > 0.0)) return 0;
+  std::size_t lo = 0;
+  std::size_t hi = s.size();
+  while (hi - lo > 1) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    (index_sum(s, top_of(rank, mid)) >= target ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------- top_k
+
+TEST_CASE("top_k: matches the stable-sort oracle on many sizes and distributions") {
+  std::mt19937 rng(1234);
+  selection out;  // reused across every call: the steady-state path
+  std::vector<dist> all = non_negative;
+  all.push_back(dist::gaussian);
+  for (const dist d : all) {
+    for (const std::size_t n : sizes) {
+      const auto s = draw(d, n, rng);
+      const auto rank = ranking(s);
+      std::vector<std::size_t> ks = {0, 1, n / 4, n / 2, n - 1, n, std::uniform_int_distribution<std::size_t>(0, n)(rng)};
+      for (const std::size_t k : ks) {
+        CAPTURE(static_cast<int>(d));
+        CAPTURE(n);
+        CAPTURE(k);
+        top_k::by_count(k).select(s, out);
+        const auto want = top_of(rank, k);
+        REQUIRE(out.indices == want);
+        CHECK(sorted_unique(out));
+        CHECK(out.universe == n);
+        CHECK_FALSE(out.dense_fallback);
+        CHECK(out.reason == fallback_reason::none);
+        CHECK(out.covered_mass == index_sum(s, want));
+        CHECK(out.total_mass == index_sum(s, rank.empty() ? want : top_of(rank, n)));
+      }
+    }
+  }
+}
+
+TEST_CASE("top_k: keep_ratio keeps ceil(r * n)") {
+  std::mt19937 rng(7);
+  const auto s = draw(dist::silu, 11008, rng);
+  const auto rank = ranking(s);
+  for (const double r : {0.0, 0.1, 0.25, 0.5, 0.7, 0.999, 1.0}) {
+    const auto sel = top_k::by_ratio(r).select(s);
+    const auto k = static_cast<std::size_t>(std::ceil(r * 11008.0));
+    CHECK(sel.indices == top_of(rank, k));
+  }
+  CHECK(top_k::by_ratio(0.25).select(std::vector<float>(10, 1.0F)).size() == 3);  // ceil(2.5)
+  CHECK(top_k{.keep_ratio = 0.5}.count_for(7) == 4);
+}
+
+TEST_CASE("top_k: ties go to the lower index, -0 and +0 tie") {
+  const std::vector<float> s = {1.0F, 2.0F, 2.0F, 1.0F, 2.0F, 0.0F, -0.0F, 0.0F};
+  CHECK(top_k::by_count(2).select(s).indices == std::vector<std::uint32_t>{1, 2});
+  CHECK(top_k::by_count(4).select(s).indices == std::vector<std::uint32_t>{0, 1, 2, 4});
+  CHECK(top_k::by_count(7).select(s).indices == std::vector<std::uint32_t>{0, 1, 2, 3, 4, 5, 6});
+  const std::vector<float> z = {-0.0F, 0.0F, -0.0F, 0.0F};
+  CHECK(top_k::by_count(2).select(z).indices == std::vector<std::uint32_t>{0, 1});
+  // Heavy ties at the boundary in a large input (the radix path).
+  std::vector<float> big(5000, 3.0F);
+  for (std::size_t i = 0; i < big.size(); i += 3) big[i] = 5.0F;
+  const auto sel = top_k::by_count(2000).select(big);
+  const auto want = top_of(ranking(big), 2000);
+  CHECK(sel.indices == want);
+}
+
+TEST_CASE("top_k: rejects bad arguments with a message that names them") {
+  const std::vector<float> s(10, 1.0F);
+  CHECK_THROWS_WITH_AS(top_k::by_count(20).select(s), doctest::Contains("argument 'k' is 20"), error);
+  CHECK_THROWS_WITH_AS(top_k::by_count(20).select(s), doctest::Contains("at most n = 10"), error);
+  CHECK_THROWS_WITH_AS(top_k::by_ratio(1.5).select(s), doctest::Contains("'keep_ratio' is 1.5"), error);
+  CHECK_THROWS_WITH_AS(top_k::by_ratio(-0.1).select(s), doctest::Contains("[0, 1]"), error);
+  CHECK_THROWS_WITH_AS(top_k::by_ratio(std::nan("")).select(s), doctest::Contains("'keep_ratio' is nan"), error);
+  CHECK_THROWS_WITH_AS((top_k{.k = 3, .keep_ratio = 0.5}.select(s)), doctest::Contains("not both"), error);
+  CHECK_THROWS_WITH_AS(top_k::by_count(0).select(std::vector<float>{}), doctest::Contains("'scores.size()' is 0"),
+                       error);
+  std::vector<float> bad(3000, 1.0F);
+  bad[1717] = nan;
+  bad[2000] = inf;
+  CHECK_THROWS_WITH_AS(top_k::by_count(5).select(bad), doctest::Contains("'scores[1717]' is nan"), error);
+  bad[1717] = 0.5F;
+  CHECK_THROWS_WITH_AS(top_k::by_count(5).select(bad), doctest::Contains("'scores[2000]' is inf"), error);
+  CHECK_THROWS_WITH_AS(top_k::by_count(3000).select(bad), doctest::Contains("finite"), error);  // even for k = n
+  if constexpr (sizeof(std::size_t) > 4) {
+    // Only the size is read before the check fails: the span is never dereferenced.
+    const std::span<const float> huge(s.data(), std::size_t{1} << 32);
+    CHECK_THROWS_WITH_AS(top_k::by_count(1).select(huge), doctest::Contains("at most 2^32 - 1"), error);
+  }
+}
+
+TEST_CASE("top_k: no allocation once the selection has grown") {
+  std::mt19937 rng(3);
+  const auto a = draw(dist::silu, 11008, rng);
+  const auto b = draw(dist::uniform, 11008, rng);
+  selection out;
+  top_k::by_ratio(0.5).select(a, out);
+  const auto* idx = out.indices.data();
+  const auto* scratch = out.scratch_scores.data();
+  top_k::by_ratio(0.25).select(b, out);
+  top_k::by_ratio(0.75).select(a, out);
+  CHECK(out.indices.data() == idx);
+  CHECK(out.scratch_scores.data() == scratch);
+}
+
+// ------------------------------------------------------------------ cumulative_mass
+
+TEST_CASE("cumulative_mass: the smallest top set reaching mass * total, as the full-sort oracle") {
+  std::mt19937 rng(99);
+  selection out;
+  for (const dist d : non_negative) {
+    for (const std::size_t n : sizes) {
+      const auto s = draw(d, n, rng);
+      const auto rank = ranking(s);
+      const double total = index_sum(s, top_of(rank, n));
+      if (total == 0.0) continue;  // the all_zero fallback, tested below
+      for (const double mass : {1e-9, 0.05, 0.3, 0.5, 0.9, 0.99, 0.999999}) {
+        CAPTURE(static_cast<int>(d));
+        CAPTURE(n);
+        CAPTURE(mass);
+        cumulative_mass{.mass = mass}.select(s, out);
+        const double target = mass * total;
+        const std::size_t count = mass_count(s, rank, target);
+        REQUIRE(out.indices == top_of(rank, count));
+        CHECK(sorted_unique(out));
+        CHECK_FALSE(out.dense_fallback);
+        CHECK(out.total_mass == total);
+        CHECK(out.covered_mass == index_sum(s, out.indices));
+        CHECK(out.covered_mass >= target);
+        if (count > 0) {  // dropping the lowest-ranked kept score falls below the target
+          CHECK(index_sum(s, top_of(rank, count - 1)) < target);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cumulative_mass: finds the exact boundary from any estimate") {
+  // The rare path: an estimate off by rounding is corrected in index order.
+  std::mt19937 rng(5);
+  for (const std::size_t n : {7UL, 100UL, 3000UL}) {
+    const auto s = draw(dist::wide_range, n, rng);
+    const auto rank = ranking(s);
+    const double target = 0.6 * index_sum(s, top_of(rank, n));
+    const std::size_t count = mass_count(s, rank, target);
+    for (const std::size_t guess : {std::size_t{1}, count - 1 == 0 ? 1 : count - 1, count, std::min(n, count + 1), n}) {
+      selection out;
+      out.scratch_scores.resize(n);
+      const detail::cut c = detail::top_count_cut(s, guess, out.scratch_scores);
+      CHECK(detail::mass_prefix(s, target, c, out) == index_sum(s, top_of(rank, count)));
+      CHECK(out.indices == top_of(rank, count));
+    }
+  }
+}
+
+TEST_CASE("cumulative_mass: mass >= 1 keeps everything without a fallback") {
+  const std::vector<float> s = {0.5F, 0.0F, 2.0F, 1.0F};
+  for (const double mass : {1.0, 1.5, 1e300}) {
+    const auto sel = cumulative_mass{.mass = mass}.select(s);
+    CHECK(sel.keeps_all());
+    CHECK_FALSE(sel.dense_fallback);
+    CHECK(sel.reason == fallback_reason::none);
+    CHECK(sel.covered_mass == 3.5);
+    CHECK(sel.total_mass == 3.5);
+  }
+}
+
+TEST_CASE("cumulative_mass: degenerate scores fall back to dense and say why") {
+  const auto check = [](std::vector<float> s, fallback_reason why) {
+    const auto sel = cumulative_mass{.mass = 0.5}.select(s);
+    CHECK(sel.keeps_all());
+    CHECK(sel.dense_fallback);
+    CHECK(sel.reason == why);
+    CHECK(std::isfinite(sel.covered_mass));
+    CHECK(std::isfinite(sel.total_mass));
+  };
+  check(std::vector<float>(5000, 0.0F), fallback_reason::all_zero);
+  check({0.0F, -0.0F, 0.0F}, fallback_reason::all_zero);
+  check({1.0F, -0.5F, 2.0F}, fallback_reason::negative);
+  check({1.0F, nan, -2.0F}, fallback_reason::non_finite);  // non_finite is checked first
+  check({1.0F, inf, 2.0F}, fallback_reason::non_finite);
+  std::vector<float> big(11008, 1.0F);
+  big[11007] = -1e-30F;
+  check(big, fallback_reason::negative);
+  big[11007] = -inf;
+  check(big, fallback_reason::non_finite);
+  // -0 is not negative: a mass over {0, -0, 3} is the 3.
+  CHECK(cumulative_mass{.mass = 0.5}.select(std::vector<float>{0.0F, -0.0F, 3.0F}).indices ==
+        std::vector<std::uint32_t>{2});
+}
+
+TEST_CASE("cumulative_mass: recent_n and min_keep are honoured") {
+  std::mt19937 rng(11);
+  selection out;
+  for (const std::size_t n : {1UL, 7UL, 33UL, 2049UL, 11008UL}) {
+    const auto s = draw(dist::silu, n, rng);
+    const auto rank = ranking(s);
+    const double total = index_sum(s, top_of(rank, n));
+    for (const std::size_t recent : {0UL, 1UL, 5UL, 64UL, 20000UL}) {
+      for (const std::size_t min_keep : {0UL, 3UL, 100UL, 5000UL, 20000UL}) {
+        CAPTURE(n);
+        CAPTURE(recent);
+        CAPTURE(min_keep);
+        cumulative_mass{.mass = 0.3, .recent_n = recent, .min_keep = min_keep}.select(s, out);
+        // Oracle: the mass set, then the last positions, then the best others.
+        std::vector<std::uint8_t> keep(n, 0);
+        for (const auto i : top_of(rank, mass_count(s, rank, 0.3 * total))) keep[i] = 1;
+        for (std::size_t i = n - std::min(recent, n); i < n; ++i) keep[i] = 1;
+        std::size_t kept = static_cast<std::size_t>(std::count(keep.begin(), keep.end(), 1));
+        for (const auto i : rank) {
+          if (kept >= std::min(min_keep, n)) break;
+          if (keep[i] == 0) keep[i] = 1, ++kept;
+        }
+        std::vector<std::uint32_t> want;
+        for (std::uint32_t i = 0; i < n; ++i) {
+          if (keep[i] != 0) want.push_back(i);
+        }
+        REQUIRE(out.indices == want);
+        CHECK(out.covered_mass == index_sum(s, want));
+        CHECK(out.size() >= std::min(min_keep, n));
+      }
+    }
+  }
+}
+
+TEST_CASE("cumulative_mass: ties at the boundary go to the lower index") {
+  const std::vector<float> s = {1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F};
+  CHECK(cumulative_mass{.mass = 0.5}.select(s).indices == std::vector<std::uint32_t>{0, 1, 2, 3});
+  CHECK(cumulative_mass{.mass = 0.51}.select(s).indices == std::vector<std::uint32_t>{0, 1, 2, 3, 4});
+  const std::vector<float> t = {2.0F, 1.0F, 2.0F, 1.0F, 1.0F, 2.0F};  // total 9
+  CHECK(cumulative_mass{.mass = 0.5}.select(t).indices == std::vector<std::uint32_t>{0, 2, 5});     // 6 >= 4.5
+  CHECK(cumulative_mass{.mass = 0.75}.select(t).indices == std::vector<std::uint32_t>{0, 1, 2, 5});  // 7 >= 6.75
+  // The same property on a large input with a few distinct values (the radix path).
+  std::vector<float> big(11008);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>((i * 7919) % 5);
+  const auto rank = ranking(big);
+  const double target = 0.4 * index_sum(big, top_of(rank, big.size()));
+  CHECK(cumulative_mass{.mass = 0.4}.select(big).indices == top_of(rank, mass_count(big, rank, target)));
+}
+
+TEST_CASE("cumulative_mass: rejects a bad mass and empty scores") {
+  const std::vector<float> s = {1.0F, 2.0F};
+  CHECK_THROWS_WITH_AS(cumulative_mass{.mass = 0.0}.select(s), doctest::Contains("argument 'mass' is 0"), error);
+  CHECK_THROWS_WITH_AS(cumulative_mass{.mass = -0.5}.select(s), doctest::Contains("a finite mass > 0"), error);
+  CHECK_THROWS_WITH_AS(cumulative_mass{.mass = std::nan("")}.select(s), doctest::Contains("'mass' is nan"), error);
+  CHECK_THROWS_WITH_AS(cumulative_mass{.mass = HUGE_VAL}.select(s), doctest::Contains("'mass' is inf"), error);
+  CHECK_THROWS_WITH_AS(cumulative_mass{.mass = 0.5}.select(std::vector<float>{}),
+                       doctest::Contains("at least one score"), error);
+}
+
+TEST_CASE("cumulative_mass: the default keeps everything") {
+  CHECK(cumulative_mass{}.select(std::vector<float>{3.0F, 1.0F}).keeps_all());
+  CHECK(cumulative_mass{} == cumulative_mass{.mass = 1.0});
+}
+
+// ------------------------------------------------------------------------ threshold
+
+TEST_CASE("threshold: keeps scores strictly above t") {
+  std::mt19937 rng(21);
+  for (const std::size_t n : sizes) {
+    const auto s = draw(dist::gaussian, n, rng);
+    for (const float t : {-inf, -1.0F, 0.0F, 0.3F, 2.0F, inf}) {
+      const auto sel = threshold{t}.select(s);
+      std::vector<std::uint32_t> want;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        if (s[i] > t) want.push_back(i);
+      }
+      CHECK(sel.indices == want);
+      CHECK(sel.covered_mass == index_sum(s, want));
+      CHECK_FALSE(sel.dense_fallback);
+    }
+  }
+  const std::vector<float> z = {0.0F, -0.0F, 1e-45F, 2.0F};
+  CHECK(threshold{}.select(z).indices == std::vector<std::uint32_t>{2, 3});  // default t = 0: the non-zeros
+}
+
+TEST_CASE("threshold: infinities are fine, NaN is an error") {
+  const std::vector<float> s = {inf, 1.0F, -inf, 0.5F};
+  const auto sel = threshold{0.7F}.select(s);
+  CHECK(sel.indices == std::vector<std::uint32_t>{0, 1});
+  CHECK(sel.covered_mass == 0.0);  // not a mass
+  CHECK(sel.total_mass == 0.0);
+  CHECK(threshold{inf}.select(s).indices.empty());
+  CHECK_THROWS_WITH_AS(threshold{0.5F}.select(std::vector<float>{1.0F, 2.0F, nan}),
+                       doctest::Contains("'scores[2]' is nan"), error);
+  CHECK_THROWS_WITH_AS(threshold{nan}.select(s), doctest::Contains("'t' is nan"), error);
+  CHECK_THROWS_WITH_AS(threshold{0.5F}.select(std::vector<float>{}), doctest::Contains("'scores.size()' is 0"), error);
+}
