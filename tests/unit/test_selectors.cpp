@@ -23,7 +23,7 @@ using namespace actsparse;
 namespace {
 
 constexpr float inf = std::numeric_limits<float>::infinity();
-constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+constexpr float qnan = std::numeric_limits<float>::quiet_NaN();
 
 const std::vector<std::size_t> sizes = {1, 2, 3, 7, 33, 100, 1000, 2047, 2048, 2049, 5000, 11008};
 
@@ -38,19 +38,35 @@ std::vector<float> draw(dist d, std::size_t n, std::mt19937& rng) {
   std::vector<float> v(n);
   for (auto& x : v) {
     switch (d) {
-    case dist::uniform: x = u(rng); break;
-    case dist::silu: {
-      const float z = g(rng);
-      x = std::fabs(z / (1.0F + std::exp(-z)));
-      break;
-    }
-    case dist::ties: x = static_cast<float>(small(rng)); break;
-    case dist::zeros: x = u(rng) < 0.5F ? 0.0F : u(rng); break;
-    case dist::heavy_tail: x = std::pow(u(rng), 8.0F) * 1000.0F; break;
-    case dist::constant: x = 1.0F; break;
-    case dist::wide_range: x = std::exp(60.0F * u(rng) - 30.0F); break;
-    case dist::signed_zeros: x = small(rng) == 0 ? -0.0F : (small(rng) == 1 ? 0.0F : static_cast<float>(small(rng))); break;
-    case dist::gaussian: x = g(rng); break;
+      case dist::uniform:
+        x = u(rng);
+        break;
+      case dist::silu: {
+        const float z = g(rng);
+        x = std::fabs(z / (1.0F + std::exp(-z)));
+        break;
+      }
+      case dist::ties:
+        x = static_cast<float>(small(rng));
+        break;
+      case dist::zeros:
+        x = u(rng) < 0.5F ? 0.0F : u(rng);
+        break;
+      case dist::heavy_tail:
+        x = std::pow(u(rng), 8.0F) * 1000.0F;
+        break;
+      case dist::constant:
+        x = 1.0F;
+        break;
+      case dist::wide_range:
+        x = std::exp(60.0F * u(rng) - 30.0F);
+        break;
+      case dist::signed_zeros:
+        x = small(rng) == 0 ? -0.0F : (small(rng) == 1 ? 0.0F : static_cast<float>(small(rng)));
+        break;
+      case dist::gaussian:
+        x = g(rng);
+        break;
     }
   }
   return v;
@@ -107,7 +123,8 @@ TEST_CASE("top_k: matches the stable-sort oracle on many sizes and distributions
     for (const std::size_t n : sizes) {
       const auto s = draw(d, n, rng);
       const auto rank = ranking(s);
-      std::vector<std::size_t> ks = {0, 1, n / 4, n / 2, n - 1, n, std::uniform_int_distribution<std::size_t>(0, n)(rng)};
+      std::vector<std::size_t> ks = {
+          0, 1, n / 4, n / 2, n - 1, n, std::uniform_int_distribution<std::size_t>(0, n)(rng)};
       for (const std::size_t k : ks) {
         CAPTURE(static_cast<int>(d));
         CAPTURE(n);
@@ -120,7 +137,7 @@ TEST_CASE("top_k: matches the stable-sort oracle on many sizes and distributions
         CHECK_FALSE(out.dense_fallback);
         CHECK(out.reason == fallback_reason::none);
         CHECK(out.covered_mass == index_sum(s, want));
-        CHECK(out.total_mass == index_sum(s, rank.empty() ? want : top_of(rank, n)));
+        CHECK(out.total_mass == index_sum(s, top_of(rank, n)));
       }
     }
   }
@@ -156,25 +173,27 @@ TEST_CASE("top_k: ties go to the lower index, -0 and +0 tie") {
 
 TEST_CASE("top_k: rejects bad arguments with a message that names them") {
   const std::vector<float> s(10, 1.0F);
-  CHECK_THROWS_WITH_AS(top_k::by_count(20).select(s), doctest::Contains("argument 'k' is 20"), error);
-  CHECK_THROWS_WITH_AS(top_k::by_count(20).select(s), doctest::Contains("at most n = 10"), error);
-  CHECK_THROWS_WITH_AS(top_k::by_ratio(1.5).select(s), doctest::Contains("'keep_ratio' is 1.5"), error);
-  CHECK_THROWS_WITH_AS(top_k::by_ratio(-0.1).select(s), doctest::Contains("[0, 1]"), error);
-  CHECK_THROWS_WITH_AS(top_k::by_ratio(std::nan("")).select(s), doctest::Contains("'keep_ratio' is nan"), error);
-  CHECK_THROWS_WITH_AS((top_k{.k = 3, .keep_ratio = 0.5}.select(s)), doctest::Contains("not both"), error);
-  CHECK_THROWS_WITH_AS(top_k::by_count(0).select(std::vector<float>{}), doctest::Contains("'scores.size()' is 0"),
+  CHECK_THROWS_WITH_AS((void)(top_k::by_count(20).select(s)), doctest::Contains("argument 'k' is 20"), error);
+  CHECK_THROWS_WITH_AS((void)(top_k::by_count(20).select(s)), doctest::Contains("at most n = 10"), error);
+  CHECK_THROWS_WITH_AS((void)(top_k::by_ratio(1.5).select(s)), doctest::Contains("'keep_ratio' is 1.5"), error);
+  CHECK_THROWS_WITH_AS((void)(top_k::by_ratio(-0.1).select(s)), doctest::Contains("[0, 1]"), error);
+  CHECK_THROWS_WITH_AS((void)(top_k::by_ratio(std::nan("")).select(s)), doctest::Contains("'keep_ratio' is nan"),
                        error);
+  CHECK_THROWS_WITH_AS((void)(top_k{.k = 3, .keep_ratio = 0.5}.select(s)), doctest::Contains("not both"), error);
+  CHECK_THROWS_WITH_AS((void)(top_k::by_count(0).select(std::vector<float>{})),
+                       doctest::Contains("'scores.size()' is 0"), error);
   std::vector<float> bad(3000, 1.0F);
-  bad[1717] = nan;
+  bad[1717] = qnan;
   bad[2000] = inf;
-  CHECK_THROWS_WITH_AS(top_k::by_count(5).select(bad), doctest::Contains("'scores[1717]' is nan"), error);
+  CHECK_THROWS_WITH_AS((void)(top_k::by_count(5).select(bad)), doctest::Contains("'scores[1717]' is nan"), error);
   bad[1717] = 0.5F;
-  CHECK_THROWS_WITH_AS(top_k::by_count(5).select(bad), doctest::Contains("'scores[2000]' is inf"), error);
-  CHECK_THROWS_WITH_AS(top_k::by_count(3000).select(bad), doctest::Contains("finite"), error);  // even for k = n
+  CHECK_THROWS_WITH_AS((void)(top_k::by_count(5).select(bad)), doctest::Contains("'scores[2000]' is inf"), error);
+  CHECK_THROWS_WITH_AS((void)(top_k::by_count(3000).select(bad)), doctest::Contains("finite"),
+                       error);  // even for k = n
   if constexpr (sizeof(std::size_t) > 4) {
     // Only the size is read before the check fails: the span is never dereferenced.
     const std::span<const float> huge(s.data(), std::size_t{1} << 32);
-    CHECK_THROWS_WITH_AS(top_k::by_count(1).select(huge), doctest::Contains("at most 2^32 - 1"), error);
+    CHECK_THROWS_WITH_AS((void)(top_k::by_count(1).select(huge)), doctest::Contains("at most 2^32 - 1"), error);
   }
 }
 
@@ -183,7 +202,8 @@ TEST_CASE("top_k: no allocation once the selection has grown") {
   const auto a = draw(dist::silu, 11008, rng);
   const auto b = draw(dist::uniform, 11008, rng);
   selection out;
-  top_k::by_ratio(0.5).select(a, out);
+  top_k::by_ratio(1.0).select(a, out);  // indices grow to n
+  top_k::by_ratio(0.5).select(a, out);  // scratch grows to n
   const auto* idx = out.indices.data();
   const auto* scratch = out.scratch_scores.data();
   top_k::by_ratio(0.25).select(b, out);
@@ -242,6 +262,31 @@ TEST_CASE("cumulative_mass: finds the exact boundary from any estimate") {
   }
 }
 
+TEST_CASE("cumulative_mass: mass the sample cannot see is still found") {
+  // Three huge scores hold almost all the mass; the sample (256 of 5000) misses them, so
+  // its bracket is wrong and the selector must redo the pass over every key.
+  std::vector<float> s(5000, 1.0F);
+  s[1001] = 1e6F;
+  s[2999] = 2e6F;
+  s[4321] = 1e6F;
+  CHECK(cumulative_mass{.mass = 0.5}.select(s).indices == std::vector<std::uint32_t>{1001, 2999});
+  CHECK(cumulative_mass{.mass = 0.4}.select(s).indices == std::vector<std::uint32_t>{2999});
+  // And the opposite: the sample sees only zeros, the mass sits in a few unsampled scores.
+  std::vector<float> z(5000, 0.0F);
+  z[17] = 1.0F;
+  z[4000] = 3.0F;
+  CHECK(cumulative_mass{.mass = 0.5}.select(z).indices == std::vector<std::uint32_t>{4000});
+  CHECK(cumulative_mass{.mass = 0.8}.select(z).indices == std::vector<std::uint32_t>{17, 4000});
+  CHECK(top_k::by_count(2).select(z).indices == std::vector<std::uint32_t>{17, 4000});
+}
+
+TEST_CASE("cumulative_mass: a target that underflows to 0 keeps nothing but recent_n and min_keep") {
+  const std::vector<float> s = {1e-45F, 0.0F, 1e-45F};  // total 2.8e-45: mass 1e-300 of it is 0
+  CHECK(cumulative_mass{.mass = 1e-300}.select(s).indices.empty());
+  CHECK(cumulative_mass{.mass = 1e-300, .recent_n = 1}.select(s).indices == std::vector<std::uint32_t>{2});
+  CHECK(cumulative_mass{.mass = 1e-300, .min_keep = 1}.select(s).indices == std::vector<std::uint32_t>{0});
+}
+
 TEST_CASE("cumulative_mass: mass >= 1 keeps everything without a fallback") {
   const std::vector<float> s = {0.5F, 0.0F, 2.0F, 1.0F};
   for (const double mass : {1.0, 1.5, 1e300}) {
@@ -266,7 +311,7 @@ TEST_CASE("cumulative_mass: degenerate scores fall back to dense and say why") {
   check(std::vector<float>(5000, 0.0F), fallback_reason::all_zero);
   check({0.0F, -0.0F, 0.0F}, fallback_reason::all_zero);
   check({1.0F, -0.5F, 2.0F}, fallback_reason::negative);
-  check({1.0F, nan, -2.0F}, fallback_reason::non_finite);  // non_finite is checked first
+  check({1.0F, qnan, -2.0F}, fallback_reason::non_finite);  // non_finite is checked first
   check({1.0F, inf, 2.0F}, fallback_reason::non_finite);
   std::vector<float> big(11008, 1.0F);
   big[11007] = -1e-30F;
@@ -316,8 +361,8 @@ TEST_CASE("cumulative_mass: ties at the boundary go to the lower index") {
   const std::vector<float> s = {1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F, 1.0F};
   CHECK(cumulative_mass{.mass = 0.5}.select(s).indices == std::vector<std::uint32_t>{0, 1, 2, 3});
   CHECK(cumulative_mass{.mass = 0.51}.select(s).indices == std::vector<std::uint32_t>{0, 1, 2, 3, 4});
-  const std::vector<float> t = {2.0F, 1.0F, 2.0F, 1.0F, 1.0F, 2.0F};  // total 9
-  CHECK(cumulative_mass{.mass = 0.5}.select(t).indices == std::vector<std::uint32_t>{0, 2, 5});     // 6 >= 4.5
+  const std::vector<float> t = {2.0F, 1.0F, 2.0F, 1.0F, 1.0F, 2.0F};                                 // total 9
+  CHECK(cumulative_mass{.mass = 0.5}.select(t).indices == std::vector<std::uint32_t>{0, 2, 5});      // 6 >= 4.5
   CHECK(cumulative_mass{.mass = 0.75}.select(t).indices == std::vector<std::uint32_t>{0, 1, 2, 5});  // 7 >= 6.75
   // The same property on a large input with a few distinct values (the radix path).
   std::vector<float> big(11008);
@@ -329,11 +374,13 @@ TEST_CASE("cumulative_mass: ties at the boundary go to the lower index") {
 
 TEST_CASE("cumulative_mass: rejects a bad mass and empty scores") {
   const std::vector<float> s = {1.0F, 2.0F};
-  CHECK_THROWS_WITH_AS(cumulative_mass{.mass = 0.0}.select(s), doctest::Contains("argument 'mass' is 0"), error);
-  CHECK_THROWS_WITH_AS(cumulative_mass{.mass = -0.5}.select(s), doctest::Contains("a finite mass > 0"), error);
-  CHECK_THROWS_WITH_AS(cumulative_mass{.mass = std::nan("")}.select(s), doctest::Contains("'mass' is nan"), error);
-  CHECK_THROWS_WITH_AS(cumulative_mass{.mass = HUGE_VAL}.select(s), doctest::Contains("'mass' is inf"), error);
-  CHECK_THROWS_WITH_AS(cumulative_mass{.mass = 0.5}.select(std::vector<float>{}),
+  CHECK_THROWS_WITH_AS((void)(cumulative_mass{.mass = 0.0}.select(s)), doctest::Contains("argument 'mass' is 0"),
+                       error);
+  CHECK_THROWS_WITH_AS((void)(cumulative_mass{.mass = -0.5}.select(s)), doctest::Contains("a finite mass > 0"), error);
+  CHECK_THROWS_WITH_AS((void)(cumulative_mass{.mass = std::nan("")}.select(s)), doctest::Contains("'mass' is nan"),
+                       error);
+  CHECK_THROWS_WITH_AS((void)(cumulative_mass{.mass = HUGE_VAL}.select(s)), doctest::Contains("'mass' is inf"), error);
+  CHECK_THROWS_WITH_AS((void)(cumulative_mass{.mass = 0.5}.select(std::vector<float>{})),
                        doctest::Contains("at least one score"), error);
 }
 
@@ -370,8 +417,9 @@ TEST_CASE("threshold: infinities are fine, NaN is an error") {
   CHECK(sel.covered_mass == 0.0);  // not a mass
   CHECK(sel.total_mass == 0.0);
   CHECK(threshold{inf}.select(s).indices.empty());
-  CHECK_THROWS_WITH_AS(threshold{0.5F}.select(std::vector<float>{1.0F, 2.0F, nan}),
+  CHECK_THROWS_WITH_AS((void)(threshold{0.5F}.select(std::vector<float>{1.0F, 2.0F, qnan})),
                        doctest::Contains("'scores[2]' is nan"), error);
-  CHECK_THROWS_WITH_AS(threshold{nan}.select(s), doctest::Contains("'t' is nan"), error);
-  CHECK_THROWS_WITH_AS(threshold{0.5F}.select(std::vector<float>{}), doctest::Contains("'scores.size()' is 0"), error);
+  CHECK_THROWS_WITH_AS((void)(threshold{qnan}.select(s)), doctest::Contains("'t' is nan"), error);
+  CHECK_THROWS_WITH_AS((void)(threshold{0.5F}.select(std::vector<float>{})), doctest::Contains("'scores.size()' is 0"),
+                       error);
 }

@@ -29,15 +29,15 @@ namespace actsparse {
 // the same reservoir, and the same thresholds, on every platform). Below the cap every
 // sample is kept and the thresholds are exact quantiles of what was added.
 class threshold_calibration {
-public:
+ public:
   static constexpr std::size_t default_max_samples_per_layer = std::size_t{1} << 22;
   static constexpr std::uint64_t default_seed = 0x9e3779b97f4a7c15ULL;
 
   explicit threshold_calibration(std::size_t max_samples_per_layer = default_max_samples_per_layer,
                                  std::uint64_t seed = default_seed)
       : max_samples_(max_samples_per_layer), seed_(seed) {
-    detail::require(max_samples_per_layer >= 1, "threshold_calibration", "max_samples_per_layer",
-                    max_samples_per_layer, "at least 1 sample per layer");
+    detail::require(max_samples_per_layer >= 1, "threshold_calibration", "max_samples_per_layer", max_samples_per_layer,
+                    "at least 1 sample per layer");
   }
 
   // Adds sample scores (e.g. |activation| values) of one layer. All must be finite; on an
@@ -49,6 +49,7 @@ public:
                      "a finite sample (layer " + std::to_string(layer) + ")");
       }
     }
+    if (samples.empty()) return;  // a layer counts once it has samples
     if (layer >= layers_.size()) layers_.resize(layer + 1);
     reservoir& r = layers_[layer];
     if (r.seen == 0) r.rng = seed_ ^ (0xd1b54a32d192ed03ULL * (layer + 1));
@@ -77,8 +78,7 @@ public:
   // so at least that fraction is <= t; sparsity = 0 gives -inf (keep all). sparsity in [0, 1).
   [[nodiscard]] float threshold_for(std::size_t layer, double sparsity) const {
     constexpr std::string_view where = "threshold_calibration::threshold_for";
-    detail::require(sparsity >= 0.0 && sparsity < 1.0, where, "sparsity", sparsity,
-                    "a fraction to drop in [0, 1)");
+    detail::require(sparsity >= 0.0 && sparsity < 1.0, where, "sparsity", sparsity, "a fraction to drop in [0, 1)");
     if (samples_kept(layer) == 0) {
       detail::fail(where, "layer", layer, "a layer that was given samples (add(layer, samples) first)");
     }
@@ -153,11 +153,13 @@ public:
       if (!parse(tok[0], layer)) bad("a layer number (decimal digits) as the first field");
       if (layer != t.size()) bad("layer " + std::to_string(t.size()) + " next (layers 0, 1, 2, ... in order)");
       float value = 0.0F;
-      if (!parse(tok[1], value) || std::isnan(value)) bad("a threshold (a decimal number or -inf) as the second field");
+      if (!parse(tok[1], value) || std::isnan(value))
+        bad("a threshold (a decimal number or +-inf, not NaN) as the second field");
       t.push_back(value);
     }
     if (is.bad()) detail::fail("threshold_calibration::load", "stream", "unreadable", "a readable stream");
-    if (t.empty()) detail::fail("threshold_calibration::load", "text", "without any layer", "at least one line \"0 threshold\"");
+    if (t.empty())
+      detail::fail("threshold_calibration::load", "text", "without any layer", "at least one line \"0 threshold\"");
     return t;
   }
   [[nodiscard]] static std::vector<float> load(const std::filesystem::path& path) {
@@ -166,7 +168,7 @@ public:
     return load(is);
   }
 
-private:
+ private:
   struct reservoir {
     std::vector<float> kept;
     std::uint64_t seen = 0;
@@ -184,7 +186,8 @@ private:
     detail::fail("threshold_calibration::load", "line " + std::to_string(line_no), line, expected);
   }
 
-  template <class V> static bool parse(std::string_view s, V& out) noexcept {
+  template <class V>
+  static bool parse(std::string_view s, V& out) noexcept {
     const char* end = s.data() + s.size();
     const auto r = std::from_chars(s.data(), end, out);
     return r.ec == std::errc() && r.ptr == end;

@@ -22,10 +22,11 @@ class index_set {
   static index_set from_sorted(std::vector<std::uint32_t> indices) {
     for (std::size_t i = 1; i < indices.size(); ++i) {
       if (indices[i - 1] >= indices[i]) {
-        detail::fail("index_set::from_sorted", "indices",
-                     "[" + std::to_string(i - 1) + "] = " + std::to_string(indices[i - 1]) + " followed by [" +
-                         std::to_string(i) + "] = " + std::to_string(indices[i]),
-                     "strictly increasing indices (sorted, no duplicates)");
+        std::string got = "[";  // appends, not an operator+ chain: GCC 12 -O3 warns falsely (-Wrestrict)
+        got.append(std::to_string(i - 1)).append("] = ").append(std::to_string(indices[i - 1]));
+        got.append(" followed by [").append(std::to_string(i)).append("] = ").append(std::to_string(indices[i]));
+        detail::fail_described("index_set::from_sorted", "indices", std::move(got),
+                               "strictly increasing indices (sorted, no duplicates)");
       }
     }
     index_set s;
@@ -112,10 +113,10 @@ inline void coalesce(std::span<const std::uint32_t> sorted_indices, std::uint32_
   for (std::size_t i = 1; i < sorted_indices.size(); ++i) {
     const std::uint32_t idx = sorted_indices[i];
     if (idx < cur.end) {
-      detail::fail("coalesce", "sorted_indices",
-                   "index " + std::to_string(idx) + " at position " + std::to_string(i) + " after " +
-                       std::to_string(cur.end - 1),
-                   "strictly increasing indices");
+      std::string got = "index ";
+      got.append(std::to_string(idx)).append(" at position ").append(std::to_string(i));
+      got.append(" after ").append(std::to_string(cur.end - 1));
+      detail::fail_described("coalesce", "sorted_indices", std::move(got), "strictly increasing indices");
     }
     if (idx - cur.end <= max_gap) {
       cur.end = idx + 1;

@@ -65,7 +65,8 @@ struct adaptive_top_k {
         out.covered_mass = scan.total;
         return;
       }
-      detail::emit_cut(p, detail::top_count_cut(p, b, out.scratch_scores), out.indices);
+      const detail::cut c = detail::top_count_cut(p, b, out.scratch_scores);
+      detail::emit_cut(p, c, out.indices, c.count());
       out.covered_mass = detail::sum_kept(p, out.indices);
       if (out.covered_mass >= mass) return;
     }

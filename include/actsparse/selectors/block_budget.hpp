@@ -42,8 +42,8 @@ struct block_budget {
     detail::require(std::isfinite(mass) && mass >= 0.0, where, "mass", mass, "a finite mass >= 0");
     detail::require(min_full_ratio >= 0.0 && min_full_ratio <= 1.0, where, "min_full_ratio", min_full_ratio,
                     "a fraction in [0, 1]");
-    detail::require(max_full_ratio >= min_full_ratio && max_full_ratio <= 1.0, where, "max_full_ratio",
-                    max_full_ratio, "a fraction in [min_full_ratio, 1]");
+    detail::require(max_full_ratio >= min_full_ratio && max_full_ratio <= 1.0, where, "max_full_ratio", max_full_ratio,
+                    "a fraction in [min_full_ratio, 1]");
     const std::size_t n = scores.size();
     detail::require_universe(where, n);
     const detail::score_scan scan = detail::scan_scores(scores);
@@ -67,9 +67,8 @@ struct block_budget {
       block_total += static_cast<double>(score[b]);
       rank[b] = static_cast<std::uint32_t>(b);
     }
-    std::sort(rank.begin(), rank.end(), [&](std::uint32_t a, std::uint32_t b) {
-      return score[a] != score[b] ? score[a] > score[b] : a < b;
-    });
+    std::sort(rank.begin(), rank.end(),
+              [&](std::uint32_t a, std::uint32_t b) { return score[a] != score[b] ? score[a] > score[b] : a < b; });
 
     std::size_t taken = 0;  // the first `taken` ranked blocks are kept
     std::size_t tokens = 0;
@@ -93,7 +92,8 @@ struct block_budget {
     rank.clear();
     for (std::size_t b = 0; b < blocks; ++b) {
       if (keep[b] == 0) continue;
-      for (std::size_t i = b * block_size, e = i + block_len(b); i < e; ++i) rank.push_back(static_cast<std::uint32_t>(i));
+      for (std::size_t i = b * block_size, e = i + block_len(b); i < e; ++i)
+        rank.push_back(static_cast<std::uint32_t>(i));
     }
     out.covered_mass = taken == blocks ? scan.total : detail::sum_kept(scores, out.indices);
   }

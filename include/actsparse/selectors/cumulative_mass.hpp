@@ -57,14 +57,14 @@ inline double mass_prefix(std::span<const float> s, double target, const cut& es
   }
   while (hi - lo > 1) {
     const std::size_t mid = lo + (hi - lo) / 2;
-    emit_cut(s, top_count_cut(s, mid, work), out.indices);
+    emit_cut(s, top_count_cut(s, mid, work), out.indices, mid);
     if (sum_kept(s, out.indices) >= target) {
       hi = mid;
     } else {
       lo = mid;
     }
   }
-  emit_cut(s, top_count_cut(s, hi, work), out.indices);
+  emit_cut(s, top_count_cut(s, hi, work), out.indices, hi);
   return sum_kept(s, out.indices);
 }
 
@@ -93,22 +93,22 @@ struct cumulative_mass {
     const std::size_t n = scores.size();
     detail::require_universe(where, n);
     out.reset(n);
-    out.scratch_scores.resize(n);
-    const std::span<float> work(out.scratch_scores);
-    const detail::bracket b = mass < 1.0 ? detail::plan_mass(scores, mass) : detail::bracket{};
-    const detail::pass_result scan = detail::scan_pass<true>(scores, b, work.data());
-    if (scan.non_finite) return out.keep_all(n, fallback_reason::non_finite);
-    if (scan.negative) return out.keep_all(n, fallback_reason::negative);
-    if (scan.total == 0.0) return out.keep_all(n, fallback_reason::all_zero);
-    out.total_mass = scan.total;
-    const double target = mass * scan.total;
-    if (mass >= 1.0) {
-      out.keep_all(n, fallback_reason::none);
-      out.covered_mass = scan.total;
+    if (mass >= 1.0) {  // everything: no selection, only the checks
+      const detail::score_scan scan = detail::scan_scores(scores);
+      if (!fell_back(scan, out)) {
+        out.keep_all(n, fallback_reason::none);
+        out.total_mass = out.covered_mass = scan.total;
+      }
       return;
     }
-    if (!(target > 0.0)) {  // mass * total underflowed: the empty set reaches it
-      out.indices.clear();
+    out.scratch_scores.resize(n);
+    const std::span<float> work(out.scratch_scores);
+    const detail::bracket b = detail::plan_mass(scores, mass);
+    const detail::pass_result scan = detail::scan_pass<true>(scores, b, work.data());
+    if (fell_back(scan, out)) return;
+    out.total_mass = scan.total;
+    if (const double target = mass * scan.total; !(target > 0.0)) {
+      out.indices.clear();  // mass * total underflowed: the empty set reaches it
     } else {
       out.covered_mass = detail::mass_prefix(scores, target, detail::mass_cut(scores, target, b, scan, work), out);
     }
@@ -127,6 +127,17 @@ struct cumulative_mass {
   }
 
   friend bool operator==(const cumulative_mass&, const cumulative_mass&) = default;
+
+ private:
+  // The dense fallbacks, most severe first.
+  static bool fell_back(const detail::score_scan& scan, selection& out) {
+    const fallback_reason why = scan.non_finite     ? fallback_reason::non_finite
+                                : scan.negative     ? fallback_reason::negative
+                                : scan.total == 0.0 ? fallback_reason::all_zero
+                                                    : fallback_reason::none;
+    if (why != fallback_reason::none) out.keep_all(out.universe, why);
+    return why != fallback_reason::none;
+  }
 };
 
 ACTSPARSE_REQUIRE_SELECTOR(cumulative_mass);

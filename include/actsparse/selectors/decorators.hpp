@@ -9,6 +9,7 @@
 #include <actsparse/selectors/detail/partition.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -38,37 +39,50 @@ inline bool add_recent(std::size_t n, std::size_t recent_n, std::vector<std::uin
   return true;
 }
 
+// Whether x is NaN, by its bits (no float compare, no branch).
+inline bool is_nan_bits(float x) noexcept { return (std::bit_cast<std::uint32_t>(x) & 0x7FFFFFFFU) > 0x7F800000U; }
+
 // Adds the m highest-scoring positions not yet kept (ties: lower index first). The
-// scores it ranks must not be NaN.
+// scores it ranks must not be NaN. Branch-free loops: the keep tests are data dependent.
 inline void add_top_unkept(std::string_view where, std::span<const float> s, std::size_t m, selection& out) {
   const std::size_t n = s.size();
   if (m == 0) return;
-  auto& flags = out.scratch_flags;
+  auto& flags = out.scratch_flags;  // 1: already kept
   flags.assign(n, 0);
   for (const std::uint32_t i : out.indices) flags[i] = 1;
   out.scratch_scores.resize(2 * n);
-  const std::span<float> unkept(out.scratch_scores.data(), n);
+  float* unkept = out.scratch_scores.data();
   std::size_t u = 0;
+  bool has_nan = false;
   for (std::size_t i = 0; i < n; ++i) {
-    if (flags[i] != 0) continue;
-    if (std::isnan(s[i])) fail_score(where, s, i, "a score that can be ranked (not NaN)");
-    unkept[u++] = s[i];
+    const bool free = flags[i] == 0;
+    unkept[u] = s[i];
+    u += static_cast<std::size_t>(free);
+    has_nan |= free & is_nan_bits(s[i]);
+  }
+  if (has_nan) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (flags[i] == 0 && is_nan_bits(s[i])) fail_score(where, s, i, "a score that can be ranked (not NaN)");
+    }
   }
   if (u == 0) return;
-  const cut c = top_count_cut(unkept.first(u), std::min(m, u), std::span<float>(out.scratch_scores.data() + n, n));
+  const cut c = top_count_cut(std::span<const float>(unkept, u), std::min(m, u),
+                              std::span<float>(out.scratch_scores.data() + n, n));
   const std::uint32_t tk = order_key(c.value);
+  auto& idx = out.indices;
+  idx.resize(n);
   std::size_t seen = 0;
-  out.indices.resize(n);
   std::size_t cnt = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint32_t k = order_key(s[i]);
-    const bool eq = flags[i] == 0 && k == tk;
-    const bool take = flags[i] != 0 || (k > tk) || (eq && seen < c.ties);
+    const bool free = flags[i] == 0;
+    const bool eq = free & (k == tk);
+    const bool take = !free | (k > tk) | (eq & (seen < c.ties));
     seen += static_cast<std::size_t>(eq);
-    out.indices[cnt] = static_cast<std::uint32_t>(i);
+    idx[cnt] = static_cast<std::uint32_t>(i);
     cnt += static_cast<std::size_t>(take);
   }
-  out.indices.resize(cnt);
+  idx.resize(cnt);
 }
 
 // Keeps only the max_keep highest-scoring kept positions: drops the lowest scores first,
@@ -79,19 +93,25 @@ inline void keep_top_of_kept(std::string_view where, std::span<const float> s, s
   if (k <= max_keep) return;
   if (max_keep == 0) return idx.clear();
   out.scratch_scores.resize(2 * k);
+  float* kept = out.scratch_scores.data();
+  bool has_nan = false;
   for (std::size_t j = 0; j < k; ++j) {
-    if (std::isnan(s[idx[j]])) fail_score(where, s, idx[j], "a score that can be ranked (not NaN)");
-    out.scratch_scores[j] = s[idx[j]];
+    kept[j] = s[idx[j]];
+    has_nan |= is_nan_bits(kept[j]);
   }
-  const std::span<const float> kept(out.scratch_scores.data(), k);
-  const cut c = top_count_cut(kept, max_keep, std::span<float>(out.scratch_scores.data() + k, k));
+  if (has_nan) {
+    for (std::size_t j = 0; j < k; ++j) {
+      if (is_nan_bits(kept[j])) fail_score(where, s, idx[j], "a score that can be ranked (not NaN)");
+    }
+  }
+  const cut c = top_count_cut(std::span<const float>(kept, k), max_keep, std::span<float>(kept + k, k));
   const std::uint32_t tk = order_key(c.value);
   std::size_t cnt = 0;
   std::size_t seen = 0;
   for (std::size_t j = 0; j < k; ++j) {
     const std::uint32_t key = order_key(kept[j]);
     const bool eq = key == tk;
-    const bool take = (key > tk) || (eq && seen < c.ties);
+    const bool take = (key > tk) | (eq & (seen < c.ties));
     seen += static_cast<std::size_t>(eq);
     idx[cnt] = idx[j];
     cnt += static_cast<std::size_t>(take);
@@ -111,7 +131,8 @@ struct any_selector {
 // when the decorator changed the set. A count larger than n is clamped to n.
 
 // Also keeps the last recent_n positions (the newest tokens).
-template <class S> struct keep_recent {
+template <class S>
+struct keep_recent {
   ACTSPARSE_REQUIRE_SELECTOR(S);
   S inner{};
   std::size_t recent_n = 0;
@@ -127,11 +148,13 @@ template <class S> struct keep_recent {
   }
   friend bool operator==(const keep_recent&, const keep_recent&) = default;
 };
-template <class S> keep_recent(S, std::size_t) -> keep_recent<S>;
+template <class S>
+keep_recent(S, std::size_t) -> keep_recent<S>;
 
 // Also keeps the highest-scoring positions the inner selector dropped (ties: lower index
 // first) until at least min_keep are kept. The scores it ranks must not be NaN.
-template <class S> struct keep_at_least {
+template <class S>
+struct keep_at_least {
   ACTSPARSE_REQUIRE_SELECTOR(S);
   S inner{};
   std::size_t min_keep = 0;
@@ -150,13 +173,15 @@ template <class S> struct keep_at_least {
   }
   friend bool operator==(const keep_at_least&, const keep_at_least&) = default;
 };
-template <class S> keep_at_least(S, std::size_t) -> keep_at_least<S>;
+template <class S>
+keep_at_least(S, std::size_t) -> keep_at_least<S>;
 
 // Keeps between min_keep and max_keep positions (min_keep <= max_keep): adds like
 // keep_at_least, and above max_keep drops the lowest-scoring kept positions, among equal
 // scores the higher index first. A dense fallback of the inner selector is left whole:
 // the scores were degenerate, and trimming would rank them anyway.
-template <class S> struct clamp_count {
+template <class S>
+struct clamp_count {
   ACTSPARSE_REQUIRE_SELECTOR(S);
   S inner{};
   std::size_t min_keep = 0;
@@ -182,7 +207,8 @@ template <class S> struct clamp_count {
   }
   friend bool operator==(const clamp_count&, const clamp_count&) = default;
 };
-template <class S> clamp_count(S, std::size_t, std::size_t) -> clamp_count<S>;
+template <class S>
+clamp_count(S, std::size_t, std::size_t) -> clamp_count<S>;
 
 ACTSPARSE_REQUIRE_SELECTOR(keep_recent<detail::any_selector>);
 ACTSPARSE_REQUIRE_SELECTOR(keep_at_least<detail::any_selector>);

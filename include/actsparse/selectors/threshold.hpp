@@ -35,13 +35,9 @@ struct threshold {
     }
     out.reset(n);
     out.indices.resize(n);
-    std::uint32_t* dst = out.indices.data();
-    std::size_t cnt = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      dst[cnt] = static_cast<std::uint32_t>(i);  // branch-free: the keep test is data dependent
-      cnt += static_cast<std::size_t>(scores[i] > t);
-    }
-    out.indices.resize(cnt);
+    out.indices.resize(t + 0.0F >= 0.0F ? keep_above<true>(scores, out.indices.data())
+                                        : keep_above<false>(scores, out.indices.data()));
+    const std::size_t cnt = out.indices.size();
     if (!scan.non_finite) {
       out.total_mass = scan.total;
       out.covered_mass = cnt == n ? scan.total : detail::sum_kept(scores, out.indices);
@@ -55,6 +51,20 @@ struct threshold {
   }
 
   friend bool operator==(const threshold&, const threshold&) = default;
+
+ private:
+  // Integer keys: compares of floats measured ~2x slower. -0 is +0 here (they are equal).
+  template <bool Positive>
+  ACTSPARSE_SELECTORS_NOINLINE std::size_t keep_above(std::span<const float> scores,
+                                                      std::uint32_t* dst) const noexcept {
+    const std::uint32_t tk = detail::bracket_key<Positive>(t + 0.0F);
+    std::size_t cnt = 0;
+    for (std::size_t i = 0; i < scores.size(); ++i) {
+      dst[cnt] = static_cast<std::uint32_t>(i);  // branch-free: the keep test is data dependent
+      cnt += static_cast<std::size_t>(detail::bracket_key<Positive>(scores[i]) > tk);
+    }
+    return cnt;
+  }
 };
 
 ACTSPARSE_REQUIRE_SELECTOR(threshold);

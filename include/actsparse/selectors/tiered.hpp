@@ -43,7 +43,8 @@ struct tiered {
     }
     const detail::score_scan scan = detail::scan_scores(scores);
     if (scan.non_finite) {
-      detail::fail_score(where, scores, detail::first_non_finite(scores), "a finite score (NaN and infinity cannot be ranked)");
+      detail::fail_score(where, scores, detail::first_non_finite(scores),
+                         "a finite score (NaN and infinity cannot be ranked)");
     }
     out.reset(n);
     out.total_mass = scan.total;

@@ -46,23 +46,25 @@ struct top_k {
     detail::require_universe(where, n);
     const std::size_t kk = count_for(n);
     out.reset(n);
+    if (kk == 0 || kk == n) {  // nothing or everything: no ranking, only the checks
+      const detail::score_scan scan = detail::scan_scores(scores);
+      if (scan.non_finite) fail_non_finite(scores);
+      out.total_mass = scan.total;
+      if (kk == n) {
+        out.keep_all(n, fallback_reason::none);
+        out.covered_mass = scan.total;
+      }
+      return;
+    }
     out.scratch_scores.resize(n);
     const std::span<float> work(out.scratch_scores);
-    const bool ranks = kk != 0 && kk != n;
-    const detail::bracket b = ranks ? detail::plan_count(scores, kk) : detail::bracket{};
+    const detail::bracket b = detail::plan_count(scores, kk);
     const detail::pass_result scan = detail::scan_pass<false>(scores, b, work.data());
-    if (scan.non_finite) {
-      detail::fail_score(where, scores, detail::first_non_finite(scores),
-                         "a finite score (NaN and infinity cannot be ranked)");
-    }
+    if (scan.non_finite) fail_non_finite(scores);
     out.total_mass = scan.total;
-    if (kk == n) {
-      out.keep_all(n, fallback_reason::none);
-      out.covered_mass = scan.total;
-    } else if (kk != 0) {
-      detail::emit_cut(scores, detail::count_cut(scores, kk, b, scan, work), out.indices);
-      out.covered_mass = detail::sum_kept(scores, out.indices);
-    }
+    const detail::cut c = detail::count_cut(scores, kk, b, scan, work);
+    detail::emit_cut(scores, c, out.indices, c.count());
+    out.covered_mass = detail::sum_kept(scores, out.indices);
   }
 
   [[nodiscard]] selection select(std::span<const float> scores) const {
@@ -72,6 +74,12 @@ struct top_k {
   }
 
   friend bool operator==(const top_k&, const top_k&) = default;
+
+ private:
+  [[noreturn]] static void fail_non_finite(std::span<const float> scores) {
+    detail::fail_score("top_k::select", scores, detail::first_non_finite(scores),
+                       "a finite score (NaN and infinity cannot be ranked)");
+  }
 };
 
 ACTSPARSE_REQUIRE_SELECTOR(top_k);

@@ -8,9 +8,10 @@
 // the whole selector must take under 30 us. Selection here runs on integer keys (integer
 // compares measured ~2x faster than float ones) in three steps: a sample of 256 scores
 // brackets the boundary; the pass that must read every score anyway (its index-order sum
-// is latency bound, so the extra work is nearly free) counts the scores above the bracket
-// and gathers those inside it; radix levels over the narrow key range of the bracket
-// (its bins are even, unlike bins of the exponent) narrow it to one key.
+// is latency bound, so the extra work is nearly free) gathers the scores inside the
+// bracket, and vectorised passes count (or sum) those above it; radix levels over the
+// narrow key range of the bracket (its bins are even, unlike bins of the exponent) narrow
+// it to one key. A bracket the sample got wrong costs one more pass over every key.
 
 #include <actsparse/core/error.hpp>
 
@@ -50,7 +51,8 @@ inline void require_universe(std::string_view where, std::size_t n) {
   fail(where, "scores[" + std::to_string(i) + "]", s[i], expected);
 }
 
-template <class Bad> std::size_t find_first(std::span<const float> s, Bad bad) noexcept {
+template <class Bad>
+std::size_t find_first(std::span<const float> s, Bad bad) noexcept {
   return static_cast<std::size_t>(std::find_if(s.begin(), s.end(), bad) - s.begin());
 }
 inline std::size_t first_non_finite(std::span<const float> s) noexcept {
@@ -68,7 +70,8 @@ inline std::uint32_t key_of_bits(std::uint32_t u) noexcept {
 }
 inline std::uint32_t order_key(float x) noexcept { return key_of_bits(std::bit_cast<std::uint32_t>(x)); }
 inline float from_order_key(std::uint32_t k) noexcept {
-  return k >= 0x80000000U ? std::bit_cast<float>(k - 0x80000000U) : std::bit_cast<float>((0x80000000U - k) | 0x80000000U);
+  return k >= 0x80000000U ? std::bit_cast<float>(k - 0x80000000U)
+                          : std::bit_cast<float>((0x80000000U - k) | 0x80000000U);
 }
 // The key of the smallest positive float: brackets from there up are "positive".
 inline constexpr std::uint32_t positive_keys = 0x80000001U;
@@ -94,7 +97,8 @@ ACTSPARSE_SELECTORS_NOINLINE inline score_scan scan_scores(std::span<const float
 }
 
 // Index-order sum of the kept scores (indices sorted ascending).
-ACTSPARSE_SELECTORS_NOINLINE inline double sum_kept(std::span<const float> s, std::span<const std::uint32_t> idx) noexcept {
+ACTSPARSE_SELECTORS_NOINLINE inline double sum_kept(std::span<const float> s,
+                                                    std::span<const std::uint32_t> idx) noexcept {
   double t = 0.0;
   for (const std::uint32_t i : idx) t += static_cast<double>(s[i]);
   return t;
@@ -123,17 +127,17 @@ inline constexpr std::size_t sample_min_size = 2048;  // below it the bracket is
 // a periodic pattern in the scores does not alias with the stride. Deterministic.
 inline void sample_keys(std::span<const float> v, std::array<std::uint32_t, sample_size>& keys) noexcept {
   const std::size_t n = v.size();
-  for (std::size_t j = 0; j < sample_size; ++j) {
-    const std::size_t lo = (j * n) / sample_size;
-    const std::size_t width = ((j + 1) * n) / sample_size - lo;
+  for (std::uint64_t j = 0; j < sample_size; ++j) {  // 64-bit: j * n must not overflow
+    const std::uint64_t lo = j * n / sample_size;
+    const std::uint64_t width = (j + 1) * n / sample_size - lo;
     const std::uint64_t h = ((j + 1) * 0x9E3779B97F4A7C15ULL) >> 32;
-    keys[j] = order_key(v[lo + static_cast<std::size_t>((h * width) >> 32)]);
+    keys[j] = order_key(v[static_cast<std::size_t>(lo + ((h * width) >> 32))]);
   }
 }
 
 // Brackets descending sample rank r by +-(3 standard deviations of a sample rank + 2).
-// With sorted = false, keys is only partially ordered (nth_element) on the way.
-inline bracket bracket_from_sample(std::array<std::uint32_t, sample_size>& keys, double r, bool sorted) noexcept {
+// Reorders keys (nth_element).
+inline bracket bracket_from_sample(std::array<std::uint32_t, sample_size>& keys, double r) noexcept {
   constexpr double s = sample_size;
   const double f = std::clamp(r / s, 0.0, 1.0);
   const double d = 3.0 * std::sqrt(s * f * (1.0 - f)) + 2.0;
@@ -141,13 +145,14 @@ inline bracket bracket_from_sample(std::array<std::uint32_t, sample_size>& keys,
   auto end = keys.end();
   if (r - d >= 0.0) {
     const auto pos = keys.begin() + static_cast<std::ptrdiff_t>(sample_size - 1 - static_cast<std::size_t>(r - d));
-    if (!sorted) std::nth_element(keys.begin(), pos, keys.end());
+    std::nth_element(keys.begin(), pos, keys.end());
     b.hk = *pos;
     end = pos;
   }
   if (r + d < s - 1.0) {
-    const auto pos = keys.begin() + static_cast<std::ptrdiff_t>(sample_size - 1 - static_cast<std::size_t>(std::ceil(r + d)));
-    if (!sorted) std::nth_element(keys.begin(), pos, end);
+    const auto pos =
+        keys.begin() + static_cast<std::ptrdiff_t>(sample_size - 1 - static_cast<std::size_t>(std::ceil(r + d)));
+    std::nth_element(keys.begin(), pos, end);
     b.lk = *pos;
   }
   return b;
@@ -157,7 +162,7 @@ inline bracket plan_count(std::span<const float> v, std::size_t k) noexcept {
   if (v.size() < sample_min_size) return {};
   std::array<std::uint32_t, sample_size> keys;
   sample_keys(v, keys);
-  return bracket_from_sample(keys, static_cast<double>(k) * sample_size / static_cast<double>(v.size()) - 0.5, false);
+  return bracket_from_sample(keys, static_cast<double>(k) * sample_size / static_cast<double>(v.size()) - 0.5);
 }
 
 // For a mass: the sample rank where the sample's descending cumulative sum reaches
@@ -196,38 +201,71 @@ inline bracket plan_mass(std::span<const float> v, double fraction) noexcept {
       break;
     }
   }
-  return bracket_from_sample(keys, static_cast<double>(sample_size - 1 - at), false);
+  return bracket_from_sample(keys, static_cast<double>(sample_size - 1 - at));
 }
 
 // The scores' key under a bracket: for a bracket of positive keys, u ^ 2^31 orders every
 // float like key_of_bits (negative floats land below it) in one operation instead of five.
-template <bool Positive> std::uint32_t bracket_key(float x) noexcept {
+template <bool Positive>
+std::uint32_t bracket_key(float x) noexcept {
   const auto u = std::bit_cast<std::uint32_t>(x);
   return Positive ? u ^ 0x80000000U : key_of_bits(u);
 }
 
-// The index-order sum of all scores, the scores inside b gathered to dst, and (Count)
-// how many lie above b. The sum is a chain of dependent additions (latency bound): the
-// rest runs in its shadow.
+// (Total) The index-order sum of all scores, the scores inside b gathered to dst and (Sign)
+// whether a sign bit is set. The sum is a chain of dependent additions (latency bound): the rest
+// runs in its shadow.
 struct gathered {
   double total = 0.0;
   std::size_t inside = 0;
-  std::size_t above = 0;
+  bool sign = false;  // some score has its sign bit set (< 0, or -0)
 };
-template <bool Count, bool Positive>
+template <bool Total, bool Sign, bool Positive>
 ACTSPARSE_SELECTORS_NOINLINE gathered sum_and_gather(std::span<const float> v, bracket b, float* dst) noexcept {
+  // For a positive bracket, (u ^ 2^31) - lk == u - (lk ^ 2^31): the raw bits serve as keys.
+  const std::uint32_t lo = Positive ? b.lk ^ 0x80000000U : b.lk;
   const std::uint32_t width = b.hk - b.lk;
   double total = 0.0;
   std::size_t m = 0;
-  std::size_t above = 0;
-  for (const float x : v) {
-    total += static_cast<double>(x);
-    const std::uint32_t key = bracket_key<Positive>(x);
+  std::uint32_t bits = 0;
+  const auto step = [&](float x) {
+    if constexpr (Total) total += static_cast<double>(x);
+    const auto u = std::bit_cast<std::uint32_t>(x);
+    if constexpr (Sign) bits |= u;
     dst[m] = x;  // branch-free: written always, kept when inside
-    m += static_cast<std::size_t>(key - b.lk <= width);
-    if constexpr (Count) above += static_cast<std::size_t>(key > b.hk);
+    m += static_cast<std::size_t>((Positive ? u : key_of_bits(u)) - lo <= width);
+  };
+  const std::size_t full = v.size() / 4 * 4;
+  for (std::size_t i = 0; i < full; i += 4) {
+    for (std::size_t j = 0; j < 4; ++j) step(v[i + j]);  // unrolled: less loop overhead per score
   }
-  return {total, m, above};  // by value: an out-parameter kept the sum in memory after inlining
+  for (std::size_t i = full; i < v.size(); ++i) step(v[i]);
+  return {total, m, (bits >> 31) != 0};  // by value: an out-parameter kept the sum in memory after inlining
+}
+
+// How many scores lie above b: independent integer lanes, which compilers vectorise.
+template <bool Positive>
+ACTSPARSE_SELECTORS_NOINLINE std::size_t count_above(std::span<const float> v, bracket b) noexcept {
+  constexpr std::size_t lanes = 8;
+  const float* p = v.data();
+  const std::size_t full = v.size() / lanes * lanes;
+  std::array<std::uint32_t, lanes> above{};  // at most 2^32 / 8 per lane
+  for (std::size_t i = 0; i < full; i += lanes) {
+    for (std::size_t j = 0; j < lanes; ++j)
+      above[j] += static_cast<std::uint32_t>(bracket_key<Positive>(p[i + j]) > b.hk);
+  }
+  std::size_t r = 0;
+  for (std::size_t i = full; i < v.size(); ++i) r += static_cast<std::size_t>(bracket_key<Positive>(p[i]) > b.hk);
+  for (const std::uint32_t a : above) r += a;
+  return r;
+}
+
+// Whether a score is < 0 (-0 is not): integer compares, vectorised.
+ACTSPARSE_SELECTORS_NOINLINE inline bool any_negative(std::span<const float> v) noexcept {
+  std::uint32_t neg = 0;
+  for (const float x : v)
+    neg |= static_cast<std::uint32_t>(std::bit_cast<std::uint32_t>(x) - 0x80000001U < 0x7FFFFFFFU);
+  return neg != 0;
 }
 
 // The sum of the scores above b: an estimate (callers check in index order), so it runs
@@ -251,17 +289,14 @@ ACTSPARSE_SELECTORS_NOINLINE double mass_above(std::span<const float> v, bracket
     for (std::size_t j = 0; j < lanes; ++j) mass[j] += static_cast<double>(part[j]);
   }
   double r = 0.0;
-  for (std::size_t i = full; i < v.size(); ++i) r += bracket_key<Positive>(p[i]) > b.hk ? static_cast<double>(p[i]) : 0.0;
+  for (std::size_t i = full; i < v.size(); ++i)
+    r += bracket_key<Positive>(p[i]) > b.hk ? static_cast<double>(p[i]) : 0.0;
   for (const double m : mass) r += m;
   return r;
 }
 
-// Whether a score is < 0 (-0 is not): integer compares, vectorised.
-ACTSPARSE_SELECTORS_NOINLINE inline bool any_negative(std::span<const float> v) noexcept {
-  std::uint32_t neg = 0;
-  for (const float x : v) neg |= static_cast<std::uint32_t>(std::bit_cast<std::uint32_t>(x) - 0x80000001U < 0x7FFFFFFFU);
-  return neg != 0;
-}
+// The sum of all of v (scores >= 0), estimated like mass_above: every key is above 0.
+inline double sum_estimate(std::span<const float> v) noexcept { return mass_above<true>(v, bracket{0, 0}); }
 
 struct pass_result : score_scan {
   std::size_t above = 0;    // count mode: keys > hk
@@ -271,22 +306,26 @@ struct pass_result : score_scan {
 
 // The scan (mass mode: with the negative test), plus: counts (or sums) the scores above
 // the bracket and gathers those inside it into dst (v.size() floats).
-template <bool Mass, bool Positive>
+template <bool Mass, bool Total, bool Positive>
 pass_result scan_pass_with(std::span<const float> v, bracket b, float* dst) noexcept {
-  const gathered g = sum_and_gather<!Mass, Positive>(v, b, dst);
+  const gathered g = sum_and_gather<Total, Mass, Positive>(v, b, dst);
   pass_result r;
   r.total = g.total;
   r.non_finite = !std::isfinite(g.total);
   r.inside = g.inside;
-  r.above = g.above;
+  // A mass does not need the count above the bracket (the emitted count gives it).
+  if (!Mass && b.hk != bracket{}.hk) r.above = count_above<Positive>(v, b);
   if constexpr (Mass) {
-    r.negative = any_negative(v);
+    r.negative = g.sign && any_negative(v);  // the exact test only when a sign bit is set
     if (b.hk != bracket{}.hk) r.above_mass = mass_above<Positive>(v, b);
   }
   return r;
 }
-template <bool Mass> pass_result scan_pass(std::span<const float> v, bracket b, float* dst) noexcept {
-  return b.lk >= positive_keys ? scan_pass_with<Mass, true>(v, b, dst) : scan_pass_with<Mass, false>(v, b, dst);
+// Total = false: no sum (and no non-finite test), for callers that checked the scores.
+template <bool Mass, bool Total = true>
+pass_result scan_pass(std::span<const float> v, bracket b, float* dst) noexcept {
+  return b.lk >= positive_keys ? scan_pass_with<Mass, Total, true>(v, b, dst)
+                               : scan_pass_with<Mass, Total, false>(v, b, dst);
 }
 
 // Narrows c (scores with keys in b) to the boundary: count mode, the k-th largest; mass
@@ -299,7 +338,10 @@ ACTSPARSE_SELECTORS_NOINLINE cut refine(std::span<float> c, bracket b, std::size
   const auto key = [positive = b.lk >= positive_keys](float x) {
     return positive ? bracket_key<true>(x) : bracket_key<false>(x);
   };
-  while (c.size() > 64 && b.lk != b.hk) {
+  // Radix levels while the set is large; then nth_element (count) or a sort (mass, which
+  // needs the prefix sums) of what is left.
+  constexpr std::size_t small = Mass ? 64 : 512;
+  while (c.size() > small && b.lk != b.hk) {
     const std::uint32_t width = b.hk - b.lk;
     const unsigned shift = width < 256 ? 0U : static_cast<unsigned>(std::bit_width(width)) - 8U;
     std::array<std::uint32_t, 256> count{};
@@ -319,7 +361,8 @@ ACTSPARSE_SELECTORS_NOINLINE cut refine(std::span<float> c, bracket b, std::size
       if constexpr (Mass) above_mass += mass[bin];
     }
     const std::uint64_t lo = b.lk + (std::uint64_t{bin} << shift);
-    b = {static_cast<std::uint32_t>(lo), static_cast<std::uint32_t>(std::min<std::uint64_t>(b.hk, lo + ((1ULL << shift) - 1)))};
+    b = {static_cast<std::uint32_t>(lo),
+         static_cast<std::uint32_t>(std::min<std::uint64_t>(b.hk, lo + ((1ULL << shift) - 1)))};
     std::size_t m = 0;
     for (const float x : c) {
       c[m] = x;
@@ -331,19 +374,23 @@ ACTSPARSE_SELECTORS_NOINLINE cut refine(std::span<float> c, bracket b, std::size
   std::size_t gt = 0;
   std::size_t eq = c.size();
   double gt_mass = 0.0;
-  if (b.lk != b.hk) {  // at most 64 left
-    std::sort(c.begin(), c.end(), std::greater<>());
-    std::size_t j = k - above - 1;
+  if (b.lk != b.hk) {
     if constexpr (Mass) {
-      j = 0;
+      std::sort(c.begin(), c.end(), std::greater<>());
+      std::size_t j = 0;
       for (double cum = above_mass + static_cast<double>(c[0]); cum < need && j + 1 < c.size();) {
         cum += static_cast<double>(c[++j]);
       }
+      value = c[j];
+      gt = static_cast<std::size_t>(std::find(c.begin(), c.end(), value) - c.begin());
+      for (std::size_t i = 0; i < gt; ++i) gt_mass += static_cast<double>(c[i]);
+    } else {
+      const auto at = c.begin() + static_cast<std::ptrdiff_t>(k - above - 1);
+      std::nth_element(c.begin(), at, c.end(), std::greater<>());
+      value = *at;
+      gt = static_cast<std::size_t>(std::count_if(c.begin(), at, [value](float x) { return x > value; }));
     }
-    value = c[j];
-    gt = static_cast<std::size_t>(std::find(c.begin(), c.end(), value) - c.begin());
-    eq = static_cast<std::size_t>(std::upper_bound(c.begin(), c.end(), value, std::greater<>()) - c.begin()) - gt;
-    for (std::size_t i = 0; i < gt; ++i) gt_mass += static_cast<double>(c[i]);
+    eq = static_cast<std::size_t>(std::count(c.begin(), c.end(), value));
   }
   std::size_t ties = k - above - gt;
   if constexpr (Mass) {
@@ -357,39 +404,44 @@ ACTSPARSE_SELECTORS_NOINLINE cut refine(std::span<float> c, bracket b, std::size
 // The top-k cut (1 <= k <= n, no NaN) from a scan_pass over bracket b; work holds what
 // the pass gathered. A bracket that missed (rare) is redone over every key.
 inline cut count_cut(std::span<const float> v, std::size_t k, bracket b, pass_result p, std::span<float> work) {
-  if (!(p.above < k && k <= p.above + p.inside)) p = scan_pass<false>(v, b = bracket{}, work.data());
+  if (!(p.above < k && k <= p.above + p.inside)) p = scan_pass<false, false>(v, b = bracket{}, work.data());
   cut c = refine<false>(work.first(p.inside), b, k - p.above, 0.0);
   c.above += p.above;
   return c;
 }
 inline cut top_count_cut(std::span<const float> v, std::size_t k, std::span<float> work) {
   const bracket b = plan_count(v, k);
-  return count_cut(v, k, b, scan_pass<false>(v, b, work.data()), work);
+  return count_cut(v, k, b, scan_pass<false, false>(v, b, work.data()), work);
 }
 
 // Estimate of the smallest top set whose sum reaches target (0 < target <= p.total;
-// scores finite and >= 0), from a scan_pass<true> over bracket b. Its `above` is 0.
+// scores finite and >= 0), from a scan_pass<true> over bracket b. Its `above` counts only
+// the scores inside the bracket: emit_cut's output size gives the count.
 inline cut mass_cut(std::span<const float> v, double target, bracket b, pass_result p, std::span<float> work) {
-  const double inside_mass = mass_above<true>(work.first(p.inside), bracket{0, 0});  // all of them: keys > 0
+  const double inside_mass = sum_estimate(work.first(p.inside));
   if (!(p.above_mass < target && target <= p.above_mass + inside_mass)) {
-    p = scan_pass<true>(v, b = bracket{}, work.data());
+    p = scan_pass<true, false>(v, b = bracket{}, work.data());
   }
-  cut c = refine<true>(work.first(p.inside), b, 0, target - p.above_mass);
-  c.above = 0;  // not counted by the mass pass: the size of emit_cut's output gives the count
-  return c;
+  return refine<true>(work.first(p.inside), b, 0, target - p.above_mass);
 }
 
 // Writes the indices a cut keeps, in index order (branch-free: the keep test is data
 // dependent and would mispredict), to dst; returns their count.
 template <bool Positive>
-ACTSPARSE_SELECTORS_NOINLINE std::size_t emit_cut_with(std::span<const float> s, const cut& c, std::uint32_t* dst) noexcept {
+ACTSPARSE_SELECTORS_NOINLINE std::size_t emit_cut_with(std::span<const float> s, const cut& c,
+                                                       std::uint32_t* dst) noexcept {
   const std::uint32_t tk = bracket_key<Positive>(c.value);
   std::size_t cnt = 0;
   if (c.ties == c.equal) {  // every tie is kept (the common case): one compare
-    for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto step = [&](std::size_t i) {
       dst[cnt] = static_cast<std::uint32_t>(i);
       cnt += static_cast<std::size_t>(bracket_key<Positive>(s[i]) >= tk);
+    };
+    const std::size_t full = s.size() / 4 * 4;
+    for (std::size_t i = 0; i < full; i += 4) {
+      for (std::size_t j = 0; j < 4; ++j) step(i + j);  // unrolled: less loop overhead per score
     }
+    for (std::size_t i = full; i < s.size(); ++i) step(i);
     return cnt;
   }
   std::size_t seen = 0;
@@ -403,8 +455,12 @@ ACTSPARSE_SELECTORS_NOINLINE std::size_t emit_cut_with(std::span<const float> s,
   }
   return cnt;
 }
-inline void emit_cut(std::span<const float> s, const cut& c, std::vector<std::uint32_t>& out) {
-  out.resize(s.size());
+// `most`: an upper bound on the kept count when the caller knows one (a count cut's
+// c.count()): the emission writes at most one slot past the last kept index, so `out`
+// grows to most + 1 instead of n (no zero-filling of slots that are never used).
+inline void emit_cut(std::span<const float> s, const cut& c, std::vector<std::uint32_t>& out,
+                     std::size_t most = std::numeric_limits<std::size_t>::max()) {
+  out.resize(std::min(s.size(), most == std::numeric_limits<std::size_t>::max() ? most : most + 1));
   out.resize(c.value > 0.0F ? emit_cut_with<true>(s, c, out.data()) : emit_cut_with<false>(s, c, out.data()));
 }
 
