@@ -7,6 +7,8 @@
 #include <actsparse/selectors/threshold.hpp>
 #include <actsparse/selectors/top_k.hpp>
 
+#include "selector_test_support.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -19,11 +21,9 @@
 #include <vector>
 
 using namespace actsparse;
+using namespace selector_test;
 
 namespace {
-
-constexpr float inf = std::numeric_limits<float>::infinity();
-constexpr float qnan = std::numeric_limits<float>::quiet_NaN();
 
 const std::vector<std::size_t> sizes = {1, 2, 3, 7, 33, 100, 1000, 2047, 2048, 2049, 5000, 11008};
 
@@ -73,31 +73,12 @@ std::vector<float> draw(dist d, std::size_t n, std::mt19937& rng) {
 }
 
 // Indices by (score descending, index ascending).
-std::vector<std::uint32_t> ranking(const std::vector<float>& s) {
-  std::vector<std::uint32_t> r(s.size());
-  std::iota(r.begin(), r.end(), 0U);
-  std::stable_sort(r.begin(), r.end(), [&](std::uint32_t a, std::uint32_t b) { return s[a] > s[b]; });
-  return r;
-}
-
-std::vector<std::uint32_t> top_of(const std::vector<std::uint32_t>& rank, std::size_t k) {
-  std::vector<std::uint32_t> t(rank.begin(), rank.begin() + static_cast<std::ptrdiff_t>(k));
-  std::sort(t.begin(), t.end());
-  return t;
-}
-
-double index_sum(const std::vector<float>& s, const std::vector<std::uint32_t>& sorted_idx) {
-  double t = 0.0;
-  for (const auto i : sorted_idx) t += static_cast<double>(s[i]);
-  return t;
-}
-
 bool sorted_unique(const selection& sel) {
   return std::adjacent_find(sel.indices.begin(), sel.indices.end(),
                             [](std::uint32_t a, std::uint32_t b) { return a >= b; }) == sel.indices.end();
 }
 
-// The smallest top set whose index-order sum reaches target, by binary search over its
+// The smallest top set whose mass sum reaches target, by binary search over its
 // size (the sum never decreases as the set grows).
 std::size_t mass_count(const std::vector<float>& s, const std::vector<std::uint32_t>& rank, double target) {
   if (!(target > 0.0)) return 0;

@@ -12,6 +12,8 @@
 #include <actsparse/selectors/tiered.hpp>
 #include <actsparse/selectors/top_k.hpp>
 
+#include "selector_test_support.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -23,11 +25,9 @@
 #include <vector>
 
 using namespace actsparse;
+using namespace selector_test;
 
 namespace {
-
-constexpr float qnan = std::numeric_limits<float>::quiet_NaN();
-constexpr float inf = std::numeric_limits<float>::infinity();
 
 std::vector<float> uniform(std::size_t n, std::mt19937& rng, int levels = 0) {
   std::uniform_real_distribution<float> u(0.0F, 1.0F);
@@ -45,25 +45,6 @@ std::vector<float> router(std::size_t n, std::mt19937& rng, float temperature) {
   for (auto& x : p) sum += (x = std::exp(g(rng) / temperature));
   for (auto& x : p) x /= sum;
   return p;
-}
-
-std::vector<std::uint32_t> ranking(const std::vector<float>& s) {
-  std::vector<std::uint32_t> r(s.size());
-  std::iota(r.begin(), r.end(), 0U);
-  std::stable_sort(r.begin(), r.end(), [&](std::uint32_t a, std::uint32_t b) { return s[a] > s[b]; });
-  return r;
-}
-
-std::vector<std::uint32_t> top_of(const std::vector<std::uint32_t>& rank, std::size_t k) {
-  std::vector<std::uint32_t> t(rank.begin(), rank.begin() + static_cast<std::ptrdiff_t>(k));
-  std::sort(t.begin(), t.end());
-  return t;
-}
-
-double index_sum(const std::vector<float>& s, const std::vector<std::uint32_t>& idx) {
-  double t = 0.0;
-  for (const auto i : idx) t += static_cast<double>(s[i]);
-  return t;
 }
 
 std::vector<std::uint32_t> range(std::uint32_t b, std::uint32_t e) {

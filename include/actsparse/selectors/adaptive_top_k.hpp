@@ -66,8 +66,7 @@ struct adaptive_top_k {
         return;
       }
       const detail::cut c = detail::top_count_cut(p, b, out.scratch_scores);
-      detail::emit_cut(p, c, out.indices, c.count());
-      out.covered_mass = detail::sum_kept(p, out.indices);
+      out.covered_mass = detail::emit_cut(p, c, out.indices, c.count());
       if (out.covered_mass >= mass) return;
     }
   }

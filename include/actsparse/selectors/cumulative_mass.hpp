@@ -31,9 +31,11 @@ inline bool below_without_last(std::span<const float> s, std::span<const std::ui
   std::size_t last = idx.size();
   do --last;
   while (s[idx[last]] != value);
-  double without = 0.0;  // the same index-order sum, skipping position `last`
-  for (std::size_t j = 0; j < idx.size(); ++j) without += j == last ? 0.0 : static_cast<double>(s[idx[j]]);
-  return without < target;
+  lane_sum without;  // the same mass sum, skipping position `last`
+  for (std::size_t j = 0; j < idx.size(); ++j) {
+    if (j != last) without.add(idx[j], s[idx[j]]);
+  }
+  return without.value() < target;
 }
 
 // Writes the smallest top set (ranking: score descending, index ascending) whose
@@ -42,8 +44,7 @@ inline bool below_without_last(std::span<const float> s, std::span<const std::ui
 // grows (each rounded addition of a value >= 0 is monotone), so "the smallest such set"
 // is well defined and a binary search over its size finds it.
 inline double mass_prefix(std::span<const float> s, double target, const cut& estimate, selection& out) {
-  emit_cut(s, estimate, out.indices);
-  const double sum = sum_kept(s, out.indices);
+  const double sum = emit_cut(s, estimate, out.indices);
   if (sum >= target && below_without_last(s, out.indices, estimate.value, sum, target)) return sum;
   // Rare: the estimate summed in another order and rounding moved the boundary. Binary
   // search the count with index-order sums; invariant S(lo) < target <= S(hi).
@@ -57,15 +58,13 @@ inline double mass_prefix(std::span<const float> s, double target, const cut& es
   }
   while (hi - lo > 1) {
     const std::size_t mid = lo + (hi - lo) / 2;
-    emit_cut(s, top_count_cut(s, mid, work), out.indices, mid);
-    if (sum_kept(s, out.indices) >= target) {
+    if (emit_cut(s, top_count_cut(s, mid, work), out.indices, mid) >= target) {
       hi = mid;
     } else {
       lo = mid;
     }
   }
-  emit_cut(s, top_count_cut(s, hi, work), out.indices, hi);
-  return sum_kept(s, out.indices);
+  return emit_cut(s, top_count_cut(s, hi, work), out.indices, hi);
 }
 
 }  // namespace detail

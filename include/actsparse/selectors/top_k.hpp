@@ -63,8 +63,7 @@ struct top_k {
     if (scan.non_finite) fail_non_finite(scores);
     out.total_mass = scan.total;
     const detail::cut c = detail::count_cut(scores, kk, b, scan, work);
-    detail::emit_cut(scores, c, out.indices, c.count());
-    out.covered_mass = detail::sum_kept(scores, out.indices);
+    out.covered_mass = detail::emit_cut(scores, c, out.indices, c.count());
   }
 
   [[nodiscard]] selection select(std::span<const float> scores) const {

@@ -76,10 +76,26 @@ inline float from_order_key(std::uint32_t k) noexcept {
 // The key of the smallest positive float: brackets from there up are "positive".
 inline constexpr std::uint32_t positive_keys = 0x80000001U;
 
-// The scores' index-order sum, in double: the one summation order every mass in the
-// library uses, so masses are reproducible and covered == total when all is kept.
-// A double sum of at most 2^32 finite floats cannot overflow, so the sum is finite
-// exactly when every score is: no per-score test is needed.
+// Every mass in the library is one sum, in double, in a fixed order: lane k (k = 0..7)
+// adds, in ascending index order, the scores whose index is k mod 8, and the lanes are
+// combined as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Eight independent chains
+// run about 4x faster than one (a double add's latency bounds a single chain: ~9 us for
+// 11008 scores here), the result is reproducible, covered == total bit for bit when all
+// is kept, and the sum of a set never decreases when a score >= 0 is added to it (each
+// lane is a recursive sum into which a term >= 0 is inserted; rounding is monotone).
+inline constexpr std::size_t mass_lanes = 8;
+
+struct lane_sum {
+  double lane[mass_lanes] = {};
+  void add(std::size_t index, float x) noexcept { lane[index % mass_lanes] += static_cast<double>(x); }
+  [[nodiscard]] double value() const noexcept {
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  }
+};
+
+// The mass of all scores, and what a selector must know about them. A double sum of at
+// most 2^32 finite floats cannot overflow, so the sum is finite exactly when every score
+// is: no per-score test is needed.
 struct score_scan {
   double total = 0.0;
   bool non_finite = false;
@@ -87,21 +103,30 @@ struct score_scan {
 };
 
 ACTSPARSE_SELECTORS_NOINLINE inline score_scan scan_scores(std::span<const float> s) noexcept {
-  double total = 0.0;
+  double l[mass_lanes] = {};
   std::uint32_t top = 0;  // the largest bit pattern: above 2^31 exactly when a score is < 0
-  for (const float x : s) {
-    total += static_cast<double>(x);
-    top = std::max(top, std::bit_cast<std::uint32_t>(x));
+  const std::size_t n = s.size();
+  const std::size_t whole = n - n % mass_lanes;
+  for (std::size_t i = 0; i < whole; i += mass_lanes) {
+    for (std::size_t k = 0; k < mass_lanes; ++k) {
+      l[k] += static_cast<double>(s[i + k]);
+      top = std::max(top, std::bit_cast<std::uint32_t>(s[i + k]));
+    }
   }
+  for (std::size_t i = whole; i < n; ++i) {
+    l[i - whole] += static_cast<double>(s[i]);
+    top = std::max(top, std::bit_cast<std::uint32_t>(s[i]));
+  }
+  const double total = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
   return {total, !std::isfinite(total), top > 0x80000000U};
 }
 
-// Index-order sum of the kept scores (indices sorted ascending).
+// The mass of the kept scores (indices sorted ascending), in the order above.
 ACTSPARSE_SELECTORS_NOINLINE inline double sum_kept(std::span<const float> s,
                                                     std::span<const std::uint32_t> idx) noexcept {
-  double t = 0.0;
-  for (const std::uint32_t i : idx) t += static_cast<double>(s[i]);
-  return t;
+  lane_sum t;
+  for (const std::uint32_t i : idx) t.add(i, s[i]);
+  return t.value();
 }
 
 // The boundary of the ranking by (score descending, index ascending): keep every score
@@ -212,9 +237,8 @@ std::uint32_t bracket_key(float x) noexcept {
   return Positive ? u ^ 0x80000000U : key_of_bits(u);
 }
 
-// (Total) The index-order sum of all scores, the scores inside b gathered to dst and (Sign)
-// whether a sign bit is set. The sum is a chain of dependent additions (latency bound): the rest
-// runs in its shadow.
+// (Total) The mass of all scores (the lane sum above), the scores inside b gathered to dst
+// and (Sign) whether a sign bit is set, in one pass.
 struct gathered {
   double total = 0.0;
   std::size_t inside = 0;
@@ -225,21 +249,22 @@ ACTSPARSE_SELECTORS_NOINLINE gathered sum_and_gather(std::span<const float> v, b
   // For a positive bracket, (u ^ 2^31) - lk == u - (lk ^ 2^31): the raw bits serve as keys.
   const std::uint32_t lo = Positive ? b.lk ^ 0x80000000U : b.lk;
   const std::uint32_t width = b.hk - b.lk;
-  double total = 0.0;
+  double l[mass_lanes] = {};
   std::size_t m = 0;
   std::uint32_t bits = 0;
-  const auto step = [&](float x) {
-    if constexpr (Total) total += static_cast<double>(x);
+  const auto step = [&](float x, std::size_t lane) {
+    if constexpr (Total) l[lane] += static_cast<double>(x);
     const auto u = std::bit_cast<std::uint32_t>(x);
     if constexpr (Sign) bits |= u;
     dst[m] = x;  // branch-free: written always, kept when inside
     m += static_cast<std::size_t>((Positive ? u : key_of_bits(u)) - lo <= width);
   };
-  const std::size_t full = v.size() / 4 * 4;
-  for (std::size_t i = 0; i < full; i += 4) {
-    for (std::size_t j = 0; j < 4; ++j) step(v[i + j]);  // unrolled: less loop overhead per score
+  const std::size_t full = v.size() - v.size() % mass_lanes;
+  for (std::size_t i = 0; i < full; i += mass_lanes) {
+    for (std::size_t j = 0; j < mass_lanes; ++j) step(v[i + j], j);  // unrolled: the lanes stay in registers
   }
-  for (std::size_t i = full; i < v.size(); ++i) step(v[i]);
+  for (std::size_t i = full; i < v.size(); ++i) step(v[i], i - full);
+  const double total = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
   return {total, m, (bits >> 31) != 0};  // by value: an out-parameter kept the sum in memory after inlining
 }
 
@@ -426,42 +451,55 @@ inline cut mass_cut(std::span<const float> v, double target, bracket b, pass_res
 }
 
 // Writes the indices a cut keeps, in index order (branch-free: the keep test is data
-// dependent and would mispredict), to dst; returns their count.
+// dependent and would mispredict), to dst; returns their count and their mass (the lane
+// sum, fused into this pass: adding +0.0 for a dropped score leaves a lane unchanged, so
+// this equals sum_kept over the written indices).
+struct emitted {
+  std::size_t count = 0;
+  double mass = 0.0;
+};
 template <bool Positive>
-ACTSPARSE_SELECTORS_NOINLINE std::size_t emit_cut_with(std::span<const float> s, const cut& c,
-                                                       std::uint32_t* dst) noexcept {
+ACTSPARSE_SELECTORS_NOINLINE emitted emit_cut_with(std::span<const float> s, const cut& c,
+                                                   std::uint32_t* dst) noexcept {
   const std::uint32_t tk = bracket_key<Positive>(c.value);
+  double l[mass_lanes] = {};
   std::size_t cnt = 0;
+  const std::size_t full = s.size() - s.size() % mass_lanes;
   if (c.ties == c.equal) {  // every tie is kept (the common case): one compare
-    const auto step = [&](std::size_t i) {
+    const auto step = [&](std::size_t i, std::size_t lane) {
+      const bool take = bracket_key<Positive>(s[i]) >= tk;
       dst[cnt] = static_cast<std::uint32_t>(i);
-      cnt += static_cast<std::size_t>(bracket_key<Positive>(s[i]) >= tk);
+      cnt += static_cast<std::size_t>(take);
+      l[lane] += take ? static_cast<double>(s[i]) : 0.0;
     };
-    const std::size_t full = s.size() / 4 * 4;
-    for (std::size_t i = 0; i < full; i += 4) {
-      for (std::size_t j = 0; j < 4; ++j) step(i + j);  // unrolled: less loop overhead per score
+    for (std::size_t i = 0; i < full; i += mass_lanes) {
+      for (std::size_t j = 0; j < mass_lanes; ++j) step(i + j, j);  // unrolled: the lanes stay in registers
     }
-    for (std::size_t i = full; i < s.size(); ++i) step(i);
-    return cnt;
+    for (std::size_t i = full; i < s.size(); ++i) step(i, i - full);
+  } else {
+    std::size_t seen = 0;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const std::uint32_t k = bracket_key<Positive>(s[i]);
+      const bool eq = k == tk;
+      const bool take = (k > tk) | (eq & (seen < c.ties));
+      seen += static_cast<std::size_t>(eq);
+      dst[cnt] = static_cast<std::uint32_t>(i);
+      cnt += static_cast<std::size_t>(take);
+      l[i % mass_lanes] += take ? static_cast<double>(s[i]) : 0.0;
+    }
   }
-  std::size_t seen = 0;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const std::uint32_t k = bracket_key<Positive>(s[i]);
-    const bool eq = k == tk;
-    const bool take = (k > tk) | (eq & (seen < c.ties));
-    seen += static_cast<std::size_t>(eq);
-    dst[cnt] = static_cast<std::uint32_t>(i);
-    cnt += static_cast<std::size_t>(take);
-  }
-  return cnt;
+  return {cnt, ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))};
 }
 // `most`: an upper bound on the kept count when the caller knows one (a count cut's
 // c.count()): the emission writes at most one slot past the last kept index, so `out`
 // grows to most + 1 instead of n (no zero-filling of slots that are never used).
-inline void emit_cut(std::span<const float> s, const cut& c, std::vector<std::uint32_t>& out,
-                     std::size_t most = std::numeric_limits<std::size_t>::max()) {
+// Returns the mass of the kept scores (== sum_kept(s, out)).
+inline double emit_cut(std::span<const float> s, const cut& c, std::vector<std::uint32_t>& out,
+                       std::size_t most = std::numeric_limits<std::size_t>::max()) {
   out.resize(std::min(s.size(), most == std::numeric_limits<std::size_t>::max() ? most : most + 1));
-  out.resize(c.value > 0.0F ? emit_cut_with<true>(s, c, out.data()) : emit_cut_with<false>(s, c, out.data()));
+  const emitted e = c.value > 0.0F ? emit_cut_with<true>(s, c, out.data()) : emit_cut_with<false>(s, c, out.data());
+  out.resize(e.count);
+  return e.mass;
 }
 
 }  // namespace actsparse::detail
