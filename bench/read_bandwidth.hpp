@@ -203,8 +203,8 @@ inline bandwidth_cache& cache() {
   return c.gbps[threads];
 }
 
-// 100 · gbps / read_gbps(threads): how much of the measured read bandwidth a row reached.
-[[nodiscard]] inline double pct_of_stream(double gbps, unsigned threads) { return 100.0 * gbps / read_gbps(threads); }
+// gbps / read_gbps(threads), a ratio (1.0 = the roofline): how much of the measured read bandwidth a row reached.
+[[nodiscard]] inline double pct_of_stream(double gbps, unsigned threads) { return gbps / read_gbps(threads); }
 
 // Measures the cached figures now (before any benchmark runs), prints them to stderr and adds
 // them to the report's context (read_bandwidth_t1_gbps, read_bandwidth_t2_gbps).

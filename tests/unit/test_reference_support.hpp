@@ -13,6 +13,8 @@
 //     exactly to first and second order; the down projection adds its dot bound.
 //   token FFN: the gated FFN bound plus one f32 rounding of residual + y.
 
+#include "activation_oracle.hpp"
+
 #include <actsparse/core/activation.hpp>
 #include <actsparse/core/dtype.hpp>
 #include <actsparse/core/op_args.hpp>
@@ -168,17 +170,7 @@ inline oracle linear_oracle(const Eigen::MatrixXd& w, std::span<const float> x, 
   return {w * xm, dot_factor(inputs.count(x.size())) * (w.cwiseAbs() * xm.cwiseAbs())};
 }
 
-inline double activate(activation a, double g) {
-  switch (a) {
-    case activation::silu:
-      return g / (1.0 + std::exp(-g));
-    case activation::gelu:
-      return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
-    case activation::relu:
-      return g > 0.0 ? g : 0.0;
-  }
-  return g;
-}
+using test_oracle::activate;
 
 // y = W_down (act(W_gate x) ⊙ W_up x) over the kept neurons, with the propagated bound.
 inline oracle ffn_oracle(activation act, const Eigen::MatrixXd& gate, const Eigen::MatrixXd& up,

@@ -11,6 +11,8 @@
 #include <actsparse/scorers/weight_aware.hpp>
 #include <actsparse/scorers/weight_aware_gate.hpp>
 
+#include "activation_oracle.hpp"
+
 #include <doctest/doctest.h>
 
 #include <array>
@@ -75,18 +77,6 @@ std::vector<double> oracle_row_norms(const std::vector<float>& m, std::size_t ro
     n[i] = std::sqrt(n[i]);
   }
   return n;
-}
-
-double oracle_act(activation a, double g) {
-  switch (a) {
-    case activation::silu:
-      return g / (1.0 + std::exp(-g));
-    case activation::gelu:
-      return 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
-    case activation::relu:
-      return g > 0.0 ? g : 0.0;
-  }
-  return g;
 }
 
 }  // namespace
@@ -202,7 +192,7 @@ TEST_CASE("scorers: weight_aware_gate is |act(g)| times the up-row and down-colu
         s.score({g, a}, out);
         for (std::size_t j = 0; j < d_ff; ++j) {
           // float gelu loses relative precision where 1 + tanh(..) cancels: allow 1e-6 absolute.
-          const double act = std::fabs(oracle_act(a, g[j]));
+          const double act = std::fabs(test_oracle::activate(a, g[j]));
           CHECK(std::fabs(out[j] - act * un[j] * dn[j]) <= (1e-5 * act + 1e-6) * un[j] * dn[j]);
         }
       }
@@ -243,7 +233,7 @@ TEST_CASE("scorers: weight_aware_gate bounds each neuron's contribution to the o
     for (std::size_t i = 0; i < d_model; ++i) u += static_cast<double>(up[j * d_model + i]) * x[i];
     double contribution = 0.0;  // ‖h_j · u_j · W_down[:, j]‖
     for (std::size_t i = 0; i < d_model; ++i) {
-      const double c = oracle_act(activation::silu, g[j]) * u * down[i * d_ff + j];
+      const double c = test_oracle::activate(activation::silu, g[j]) * u * down[i * d_ff + j];
       contribution += c * c;
     }
     CHECK(std::sqrt(contribution) <= score[j] * x_norm * (1.0 + 1e-5));
@@ -313,7 +303,7 @@ TEST_CASE("scorers: silu_magnitude is |silu(g)|") {
     std::vector<float> out(silu_magnitude{}.score_count(g));
     silu_magnitude{}.score(g, out);
     for (std::size_t j = 0; j < g.size(); ++j)
-      CHECK(close(out[j], std::fabs(oracle_act(activation::silu, g[j])), 1e-6));
+      CHECK(close(out[j], std::fabs(test_oracle::activate(activation::silu, g[j])), 1e-6));
   }
   std::vector<float> g(3);
   std::vector<float> out(2);
