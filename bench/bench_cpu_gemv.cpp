@@ -1,0 +1,142 @@
+// The CPU backend's GEMV (Highway, dynamic dispatch) at the 7B FFN shape 11008 × 4096,
+// dense and row-gather (output-sparse), against the read bandwidth measured in the same
+// process. One thread. Counters:
+//   gbps           weight bytes that must be read / time (1e9 bytes per GB)
+//   pct_of_stream  gbps / the measured one-thread read bandwidth (a ratio; 1.0 = roofline)
+//   speedup        dense time / this time, dense interleaved in the same iterations
+//   ideal          1 / a for a row gather of a fraction a of the rows
+//   pct_of_ideal   speedup / ideal
+#define ACTSPARSE_CPU_IMPLEMENTATION
+#include <actsparse/backends/cpu/implementation.hpp>
+
+#include "read_bandwidth.hpp"
+
+#include <actsparse/core/quantize.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace actsparse;
+using actsparse_bench::large_dataset;
+
+constexpr std::size_t rows = 11008;
+constexpr std::size_t cols = 4096;
+
+template <class T>
+struct matrices {
+  std::vector<std::vector<T>> m;  // enough 11008 × 4096 matrices to stream past the L3
+};
+
+template <class T>
+const matrices<T>& weights() {
+  return large_dataset::get<matrices<T>>("cpu_gemv/" + std::string(name(dtype_traits<T>::type)), [] {
+    const std::size_t one = row_bytes(dtype_traits<T>::type, cols) * rows;
+    const std::size_t count = std::max<std::size_t>(2, (actsparse_bench::streaming_bytes() + one - 1) / one);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.0F, 1.0F);
+    std::vector<float> row(cols);
+    std::vector<T> first(rows * cols);
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (float& v : row) v = u(rng);
+      quantize_row(row.data(), first.data() + r * cols, cols);
+    }
+    matrices<T> out;
+    out.m.assign(count, first);  // copies: distinct memory, same values
+    return out;
+  });
+}
+
+template <class T>
+weight_view view_of(const std::vector<T>& m) {
+  return matrix_view<const T>::packed(m.data(), rows, cols);
+}
+
+template <class F>
+double seconds(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// a = range(0) / 100 of the rows, random; a = 100 runs the dense path itself.
+template <class T>
+void BM_cpu_gemv(benchmark::State& state) {
+  const matrices<T>& w = weights<T>();
+  const double a = static_cast<double>(state.range(0)) / 100.0;
+  std::mt19937 rng(9);
+  std::bernoulli_distribution keep(a);
+  std::vector<std::uint32_t> kept;
+  for (std::uint32_t r = 0; r < rows; ++r) {
+    if (keep(rng)) kept.push_back(r);
+  }
+  std::vector<float> x(cols, 0.5F);
+  std::vector<float> y_dense(rows);
+  std::vector<float> y(rows);
+  const cpu_backend cpu;
+  inline_executor ex;
+  std::size_t next = 0;
+  double dense_s = 0.0;
+  double sparse_s = 0.0;
+  for (auto _ : state) {
+    const weight_view d = view_of(w.m[next]);
+    const weight_view s = view_of(w.m[(next + 1) % w.m.size()]);
+    next = (next + 2) % w.m.size();
+    const auto run_dense = [&] { (void)cpu.run(gemv_args{d, x, y_dense, subset::everything()}, {}, ex); };
+    const auto run_sparse = [&] {
+      if (a >= 1.0) {
+        (void)cpu.run(gemv_args{s, x, y, subset::everything()}, {}, ex);
+      } else {
+        (void)cpu.run(gemv_args{s, x, std::span<float>(y.data(), kept.size()), subset::only(kept)}, {}, ex);
+      }
+    };
+    double t = 0.0;
+    if (state.iterations() % 2 == 0) {
+      dense_s += seconds(run_dense);
+      sparse_s += (t = seconds(run_sparse));
+    } else {
+      sparse_s += (t = seconds(run_sparse));
+      dense_s += seconds(run_dense);
+    }
+    benchmark::DoNotOptimize(y.data());
+    state.SetIterationTime(t);
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double row_b = static_cast<double>(row_bytes(dtype_traits<T>::type, cols));
+  const double read = row_b * static_cast<double>(a >= 1.0 ? rows : kept.size());
+  const double gbps = read * n / sparse_s / 1e9;
+  const double speedup = dense_s / sparse_s;
+  const double ideal = static_cast<double>(rows) / static_cast<double>(a >= 1.0 ? rows : kept.size());
+  state.counters["gbps"] = gbps;
+  state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, 1);
+  state.counters["speedup"] = speedup;
+  state.counters["ideal"] = ideal;
+  state.counters["pct_of_ideal"] = speedup / ideal;
+}
+
+#define ACTSPARSE_CPU_GEMV_BENCH(T, label) \
+  BENCHMARK_TEMPLATE(BM_cpu_gemv, T)       \
+      ->Name("cpu_gemv/" label "/7b/t1")   \
+      ->ArgName("a_pct")                   \
+      ->Arg(100)                           \
+      ->Arg(50)                            \
+      ->Arg(25)                            \
+      ->Arg(10)                            \
+      ->UseManualTime()                    \
+      ->MinTime(0.3)                       \
+      ->Unit(benchmark::kMillisecond)
+
+ACTSPARSE_CPU_GEMV_BENCH(float, "f32");
+ACTSPARSE_CPU_GEMV_BENCH(f16, "f16");
+ACTSPARSE_CPU_GEMV_BENCH(bf16, "bf16");
+
+}  // namespace
+
+int main(int argc, char** argv) { return actsparse_bench::run_benchmarks_with_read_bandwidth(argc, argv); }

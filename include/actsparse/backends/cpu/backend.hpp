@@ -1,0 +1,80 @@
+#pragma once
+// The CPU SIMD backend (Google Highway). Kernels live in *-inl.h files compiled once per
+// Highway target; exactly one translation unit of the program defines them by including
+// actsparse/backends/cpu/implementation.hpp with ACTSPARSE_CPU_IMPLEMENTATION defined.
+//
+// Built so far: dense and row-gather GEMV for f32, f16 and bf16 weights. Everything else
+// (q8_0 / q4_0, row-axpy, the fused decode FFN, threads) answers "not handled", so an
+// engine or the ops layer falls back to another backend.
+
+#include <actsparse/core/concepts.hpp>
+#include <actsparse/core/error.hpp>
+#include <actsparse/core/op_args.hpp>
+#include <actsparse/core/views.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace actsparse {
+namespace cpu {
+
+// y[k] = W[row_k, :] · x for k in [begin, end), row_k = rows ? rows[k] : k; f32, f16, bf16.
+// Defined by implementation.hpp (dynamic dispatch to the best compiled target, or static).
+void dispatch_gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
+                        const float* x, float* y);
+
+// Rows per task: the fixed work partition (results do not depend on how tasks are run).
+inline constexpr std::size_t gemv_rows_per_task = 64;
+
+[[nodiscard]] constexpr bool handles_gemv(dtype t) noexcept {
+  return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
+}
+
+}  // namespace cpu
+
+struct cpu_backend {
+  static constexpr std::string_view name = "cpu";
+  static constexpr memory_space memory = memory_space::host;
+  using executor_type = inline_executor;
+
+  [[nodiscard]] status can_implement(const gemv_args& a) const noexcept {
+    if (!cpu::handles_gemv(a.w.type)) return status::not_handled("cpu: q8_0 / q4_0 GEMV is not built yet");
+    return status::ok();
+  }
+  [[nodiscard]] std::size_t workspace_size(const gemv_args&) const noexcept { return 0; }
+
+  status run(const gemv_args& a, std::span<std::byte>, executor_type& ex) const {
+    if (const status s = can_implement(a); !s) return s;
+    constexpr std::string_view where = "cpu::gemv";
+    validate(a.w, where, "w");
+    detail::require(a.x.size() == a.w.cols, where, "x.size()", a.x.size(), "w.cols = " + std::to_string(a.w.cols));
+    const std::size_t out = a.rows.count(a.w.rows);
+    detail::require(a.y.size() == out, where, "y.size()", a.y.size(),
+                    "one output per computed row (" + std::to_string(out) + ")");
+    const std::uint32_t* rows = nullptr;
+    if (!a.rows.all) {
+      rows = a.rows.indices.data();
+      for (std::size_t k = 0; k < a.rows.indices.size(); ++k) {
+        const std::uint32_t r = a.rows.indices[k];
+        detail::require(r < a.w.rows, where, "rows.indices[" + std::to_string(k) + "]", r,
+                        "a row < w.rows = " + std::to_string(a.w.rows));
+        detail::require(k == 0 || a.rows.indices[k - 1] < r, where, "rows.indices[" + std::to_string(k) + "]", r,
+                        "strictly increasing row indices");
+      }
+    }
+    const std::size_t tasks = (out + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
+    ex.parallel_for(tasks, [&](std::size_t t) {
+      const std::size_t begin = t * cpu::gemv_rows_per_task;
+      const std::size_t end = begin + cpu::gemv_rows_per_task < out ? begin + cpu::gemv_rows_per_task : out;
+      cpu::dispatch_gemv_rows(a.w, rows, begin, end, a.x.data(), a.y.data());
+    });
+    return status::ok();
+  }
+};
+
+ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, gemv_args);
+
+}  // namespace actsparse

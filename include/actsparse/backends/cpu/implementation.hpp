@@ -1,0 +1,46 @@
+#pragma once
+// Defines the CPU backend's kernels. Include this in exactly ONE translation unit of the
+// program, first (before any other Highway header), after
+//   #define ACTSPARSE_CPU_IMPLEMENTATION
+// Dynamic dispatch (the default) compiles every Highway target (AVX3_DL included) and
+// picks the best one the CPU supports at run time; it links hwy::hwy. Engines that build
+// one binary per ISA (as ggml does) also define ACTSPARSE_CPU_STATIC_DISPATCH and compile
+// this translation unit with that ISA's flags: only the static target is built.
+// Without ACTSPARSE_CPU_IMPLEMENTATION this header defines nothing.
+
+#ifdef ACTSPARSE_CPU_IMPLEMENTATION
+
+#ifndef ACTSPARSE_CPU_STATIC_DISPATCH
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL  // AVX-512 VNNI / BF16 targets (Debian's Highway 1.0.3 skips them otherwise)
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "actsparse/backends/cpu/gemv-inl.h"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#endif
+
+#include <actsparse/backends/cpu/gemv-inl.h>
+#include <actsparse/backends/cpu/backend.hpp>
+
+#include <hwy/highway.h>
+
+#if HWY_ONCE
+namespace actsparse::cpu {
+
+#ifdef ACTSPARSE_CPU_STATIC_DISPATCH
+void dispatch_gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
+                        const float* x, float* y) {
+  HWY_STATIC_DISPATCH(gemv_rows)(w, rows, begin, end, x, y);
+}
+#else
+HWY_EXPORT(gemv_rows);
+void dispatch_gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
+                        const float* x, float* y) {
+  HWY_DYNAMIC_DISPATCH(gemv_rows)(w, rows, begin, end, x, y);
+}
+#endif
+
+}  // namespace actsparse::cpu
+#endif  // HWY_ONCE
+
+#endif  // ACTSPARSE_CPU_IMPLEMENTATION

@@ -1,0 +1,111 @@
+// The CPU backend's GEMV against the reference backend, on every compiled Highway target.
+#include "test_reference_support.hpp"
+
+#include <actsparse/backends/cpu/backend.hpp>
+#include <actsparse/backends/reference.hpp>
+
+#include <doctest/doctest.h>
+#include <hwy/targets.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace actsparse;
+using namespace reference_test;
+
+namespace {
+
+// Runs f once for every Highway target this CPU supports and this program compiled.
+template <class F>
+void for_each_target(F&& f) {
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    const std::string target_name = hwy::TargetName(target);
+    INFO("target ", target_name);
+    f();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+std::vector<float> run(const auto& backend, const weight_view& w, std::span<const float> x, subset rows) {
+  std::vector<float> y(rows.count(w.rows));
+  typename std::remove_cvref_t<decltype(backend)>::executor_type ex;
+  const gemv_args args{w, x, y, rows};
+  std::vector<float> workspace((backend.workspace_size(args) + sizeof(float) - 1) / sizeof(float));
+  REQUIRE(backend.run(args, std::as_writable_bytes(std::span<float>(workspace)), ex));
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("cpu gemv: dense and row gather match the reference on every target, f32 / f16 / bf16") {
+  REQUIRE_FALSE(hwy::SupportedAndGeneratedTargets().empty());
+  std::mt19937 rng(21);
+  const cpu_backend cpu;
+  const reference_backend ref;
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
+    // Lengths around every vector width (4, 8, 16 floats) and not a multiple of any.
+    for (const std::size_t cols : {1U, 3U, 7U, 16U, 33U, 64U, 100U, 257U}) {
+      const std::size_t rows = 130;                                // more than two tasks of 64 rows
+      const test_weights w = make_weights(t, rows, cols, rng, 3);  // padded rows: a strided view
+      const auto x = random_vector(cols, rng);
+      const auto kept = random_subset(rows, 0.3, rng);
+      const auto all = all_indices(rows);
+      const auto want_dense = run(ref, w.view, x, subset::everything());
+      const auto want_gather = run(ref, w.view, x, subset::only(kept));
+      for_each_target([&] {
+        INFO(name(t), " cols ", cols);
+        const auto dense = run(cpu, w.view, x, subset::everything());
+        const auto gather = run(cpu, w.view, x, subset::only(kept));
+        // Both sum the same products in f32, in different orders: each is within
+        // dot_factor(n)·Σ|w·x| of the exact value, so they are within twice that of each other.
+        for (std::size_t i = 0; i < rows; ++i) {
+          double mag = 0.0;
+          for (std::size_t k = 0; k < cols; ++k) {
+            mag += std::fabs(w.values(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(k)) * x[k]);
+          }
+          REQUIRE(std::fabs(dense[i] - want_dense[i]) <= 2.0 * dot_factor(cols) * mag);
+        }
+        for (std::size_t k = 0; k < kept.size(); ++k) {
+          CHECK(same_bits(std::span<const float>(&gather[k], 1), std::span<const float>(&dense[kept[k]], 1)));
+        }
+        CHECK(gather.size() == want_gather.size());
+        // Keep-all through the gather path equals dense bit for bit.
+        CHECK(same_bits(run(cpu, w.view, x, subset::only(all)), dense));
+      });
+    }
+  }
+}
+
+TEST_CASE("cpu gemv: the tests ran on several targets, the best one included") {
+  // AVX2 and SSE4 run on every x86-64 CPU of the last decade; AVX3 where AVX-512 exists.
+  std::string names;
+  for (const std::int64_t t : hwy::SupportedAndGeneratedTargets()) names += std::string(hwy::TargetName(t)) + " ";
+  MESSAGE("Highway targets tested: ", names);
+  CHECK(hwy::SupportedAndGeneratedTargets().size() >= 2);
+}
+
+TEST_CASE("cpu gemv: declines quantized weights, rejects bad shapes") {
+  std::mt19937 rng(22);
+  const cpu_backend cpu;
+  inline_executor ex;
+  const test_weights q = make_weights(dtype::q4_0, 4, 64, rng);
+  const auto x = random_vector(64, rng);
+  std::vector<float> y(4);
+  const status s = cpu.run(gemv_args{q.view, x, y, subset::everything()}, {}, ex);
+  CHECK_FALSE(s.handled());
+  CHECK(s.reason.find("not built yet") != std::string_view::npos);
+  const test_weights w = make_weights(dtype::f32, 4, 64, rng);
+  std::vector<float> y3(3);
+  CHECK_THROWS_WITH_AS((void)cpu.run(gemv_args{w.view, x, y3, subset::everything()}, {}, ex),
+                       doctest::Contains("'y.size()' is 3"), error);
+  const std::vector<std::uint32_t> bad = {1, 9};
+  std::vector<float> y2(2);
+  CHECK_THROWS_WITH_AS((void)cpu.run(gemv_args{w.view, x, y2, subset::only(bad)}, {}, ex),
+                       doctest::Contains("'rows.indices[1]' is 9"), error);
+  const std::vector<float> x5(5);
+  CHECK_THROWS_WITH_AS((void)cpu.run(gemv_args{w.view, x5, y, subset::everything()}, {}, ex),
+                       doctest::Contains("'x.size()' is 5"), error);
+}
