@@ -12,8 +12,10 @@
 #include <actsparse/core/dtype.hpp>
 #include <actsparse/core/views.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <hwy/highway.h>
 
@@ -46,39 +48,64 @@ HWY_INLINE float scalar_f32(const T& v) {
   }
 }
 
-// dot(w[0, n), x[0, n)) in f32: four independent accumulators over whole vectors, then a
-// scalar tail (no masked loads: Highway 1.0.3 emulates them with full loads on some
-// targets, which would read past the row). The order depends only on n and the target.
-template <class T>
-HWY_NOINLINE float dot_row(const T* HWY_RESTRICT w, const float* HWY_RESTRICT x, std::size_t n) {
+// R dot products w_r · x (r < R) in f32, sharing the loads of x across the R rows (R rows
+// are R streams read at once, which the prefetchers need to reach the read bandwidth).
+// Every row is summed the same way whatever R is and whichever rows share the call: two
+// vector accumulators over pairs of whole vectors, one more whole vector into the first,
+// then a scalar tail (no masked loads: Highway 1.0.3 emulates them with full loads on some
+// targets, which would read past the row). So a row's result depends only on the row,
+// x, n and the target: a row gather of every row equals the dense GEMV bit for bit.
+template <std::size_t R, class T>
+HWY_INLINE void dot_rows(const T* const* HWY_RESTRICT w, const float* HWY_RESTRICT x, std::size_t n,
+                         float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
   const std::size_t lanes = hn::Lanes(df);
-  auto a0 = hn::Zero(df);
-  auto a1 = hn::Zero(df);
-  auto a2 = hn::Zero(df);
-  auto a3 = hn::Zero(df);
+  V a0[R];
+  V a1[R];
+  for (std::size_t r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(df);
   std::size_t i = 0;
-  for (; i + 4 * lanes <= n; i += 4 * lanes) {
-    a0 = hn::MulAdd(load_as_f32(df, w + i), hn::LoadU(df, x + i), a0);
-    a1 = hn::MulAdd(load_as_f32(df, w + i + lanes), hn::LoadU(df, x + i + lanes), a1);
-    a2 = hn::MulAdd(load_as_f32(df, w + i + 2 * lanes), hn::LoadU(df, x + i + 2 * lanes), a2);
-    a3 = hn::MulAdd(load_as_f32(df, w + i + 3 * lanes), hn::LoadU(df, x + i + 3 * lanes), a3);
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    const V x0 = hn::LoadU(df, x + i);
+    const V x1 = hn::LoadU(df, x + i + lanes);
+    for (std::size_t r = 0; r < R; ++r) {
+      a0[r] = hn::MulAdd(load_as_f32(df, w[r] + i), x0, a0[r]);
+      a1[r] = hn::MulAdd(load_as_f32(df, w[r] + i + lanes), x1, a1[r]);
+    }
   }
-  for (; i + lanes <= n; i += lanes) a0 = hn::MulAdd(load_as_f32(df, w + i), hn::LoadU(df, x + i), a0);
-  const auto sum = hn::Add(hn::Add(a0, a1), hn::Add(a2, a3));
-  float total = hn::GetLane(hn::SumOfLanes(df, sum));
-  for (; i < n; ++i) total += scalar_f32(w[i]) * x[i];
-  return total;
+  if (i + lanes <= n) {
+    const V x0 = hn::LoadU(df, x + i);
+    for (std::size_t r = 0; r < R; ++r) a0[r] = hn::MulAdd(load_as_f32(df, w[r] + i), x0, a0[r]);
+    i += lanes;
+  }
+  for (std::size_t r = 0; r < R; ++r) {
+    float total = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0[r], a1[r])));
+    for (std::size_t k = i; k < n; ++k)
+      total = std::fma(scalar_f32(w[r][k]), x[k], total);  // fixed: no contraction choice
+    out[r] = total;
+  }
 }
+
+// Rows computed together: four streams per thread.
+inline constexpr std::size_t rows_at_once = 4;
 
 // y[k] = W[row_k, :] · x for k in [begin, end), row_k = rows ? rows[k] : k.
 template <class T>
-void gemv_range(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
-                const float* HWY_RESTRICT x, float* HWY_RESTRICT y) {
+HWY_NOINLINE void gemv_range(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
+                             const float* HWY_RESTRICT x, float* HWY_RESTRICT y) {
   const auto* base = static_cast<const std::byte*>(w.data);
-  for (std::size_t k = begin; k < end; ++k) {
+  const auto row = [&](std::size_t k) {
     const std::size_t r = rows != nullptr ? rows[k] : k;
-    y[k] = dot_row(reinterpret_cast<const T*>(base + r * w.row_stride), x, w.cols);
+    return reinterpret_cast<const T*>(base + r * w.row_stride);
+  };
+  std::size_t k = begin;
+  for (; k + rows_at_once <= end; k += rows_at_once) {
+    const T* group[rows_at_once] = {row(k), row(k + 1), row(k + 2), row(k + 3)};
+    dot_rows<rows_at_once>(group, x, w.cols, y + k);
+  }
+  for (; k < end; ++k) {
+    const T* one[1] = {row(k)};
+    dot_rows<1>(one, x, w.cols, y + k);
   }
 }
 
