@@ -1,8 +1,8 @@
 // The CPU backend's GEMV (Highway, dynamic dispatch) at the 7B FFN shape 11008 × 4096,
 // dense and row-gather (output-sparse), against the read bandwidth measured in the same
-// process. One thread. Counters:
+// process, at 1 and 2 threads (a blocking thread_pool). Counters:
 //   gbps           weight bytes that must be read / time (1e9 bytes per GB)
-//   pct_of_stream  gbps / the measured one-thread read bandwidth (a ratio; 1.0 = roofline)
+//   pct_of_stream  gbps / the read bandwidth measured at the same thread count (a ratio)
 //   speedup        dense time / this time, dense interleaved in the same iterations
 //   ideal          1 / a for a row gather of a fraction a of the rows
 //   pct_of_ideal   speedup / ideal
@@ -81,7 +81,8 @@ void BM_cpu_gemv(benchmark::State& state) {
   std::vector<float> y_dense(rows);
   std::vector<float> y(rows);
   const cpu_backend cpu;
-  inline_executor ex;
+  cpu::thread_pool pool(static_cast<std::size_t>(state.range(1)));
+  cpu::executor ex(pool);
   std::size_t next = 0;
   double dense_s = 0.0;
   double sparse_s = 0.0;
@@ -115,27 +116,27 @@ void BM_cpu_gemv(benchmark::State& state) {
   const double speedup = dense_s / sparse_s;
   const double ideal = static_cast<double>(rows) / static_cast<double>(a >= 1.0 ? rows : kept.size());
   state.counters["gbps"] = gbps;
-  state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, 1);
+  state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, static_cast<unsigned>(state.range(1)));
   state.counters["speedup"] = speedup;
   state.counters["ideal"] = ideal;
   state.counters["pct_of_ideal"] = speedup / ideal;
 }
 
-#define ACTSPARSE_CPU_GEMV_BENCH(T, label) \
-  BENCHMARK_TEMPLATE(BM_cpu_gemv, T)       \
-      ->Name("cpu_gemv/" label "/7b/t1")   \
-      ->ArgName("a_pct")                   \
-      ->Arg(100)                           \
-      ->Arg(50)                            \
-      ->Arg(25)                            \
-      ->Arg(10)                            \
-      ->UseManualTime()                    \
-      ->MinTime(0.3)                       \
+#define ACTSPARSE_CPU_GEMV_BENCH(T, label, threads) \
+  BENCHMARK_TEMPLATE(BM_cpu_gemv, T)                \
+      ->Name("cpu_gemv/" label "/7b/t" #threads)    \
+      ->ArgNames({"a_pct", "threads"})              \
+      ->ArgsProduct({{100, 50, 25, 10}, {threads}}) \
+      ->UseManualTime()                             \
+      ->MinTime(0.3)                                \
       ->Unit(benchmark::kMillisecond)
 
-ACTSPARSE_CPU_GEMV_BENCH(float, "f32");
-ACTSPARSE_CPU_GEMV_BENCH(f16, "f16");
-ACTSPARSE_CPU_GEMV_BENCH(bf16, "bf16");
+ACTSPARSE_CPU_GEMV_BENCH(float, "f32", 1);
+ACTSPARSE_CPU_GEMV_BENCH(f16, "f16", 1);
+ACTSPARSE_CPU_GEMV_BENCH(bf16, "bf16", 1);
+ACTSPARSE_CPU_GEMV_BENCH(float, "f32", 2);
+ACTSPARSE_CPU_GEMV_BENCH(f16, "f16", 2);
+ACTSPARSE_CPU_GEMV_BENCH(bf16, "bf16", 2);
 
 }  // namespace
 

@@ -21,8 +21,9 @@ int main() {
   std::vector<float> got(rows);
   std::vector<float> want(rows);
   std::vector<float> workspace(cols);
+  cpu::executor cpu_ex;
   inline_executor ex;
-  if (!cpu_backend{}.run(gemv_args{view, x, got, subset::everything()}, {}, ex)) return 1;
+  if (!cpu_backend{}.run(gemv_args{view, x, got, subset::everything()}, {}, cpu_ex)) return 1;
   if (!reference_backend{}.run(gemv_args{view, x, want, subset::everything()},
                                std::as_writable_bytes(std::span<float>(workspace)), ex)) {
     return 1;

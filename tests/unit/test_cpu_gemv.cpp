@@ -7,9 +7,12 @@
 #include <doctest/doctest.h>
 #include <hwy/targets.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace actsparse;
@@ -90,7 +93,7 @@ TEST_CASE("cpu gemv: the tests ran on several targets, the best one included") {
 TEST_CASE("cpu gemv: declines quantized weights, rejects bad shapes") {
   std::mt19937 rng(22);
   const cpu_backend cpu;
-  inline_executor ex;
+  cpu::executor ex;
   const test_weights q = make_weights(dtype::q4_0, 4, 64, rng);
   const auto x = random_vector(64, rng);
   std::vector<float> y(4);
@@ -108,4 +111,55 @@ TEST_CASE("cpu gemv: declines quantized weights, rejects bad shapes") {
   const std::vector<float> x5(5);
   CHECK_THROWS_WITH_AS((void)cpu.run(gemv_args{w.view, x5, y, subset::everything()}, {}, ex),
                        doctest::Contains("'x.size()' is 5"), error);
+}
+
+TEST_CASE("cpu gemv: bitwise identical output for 1, 2 and 3 threads and for an engine's (ith, nth) split") {
+  std::mt19937 rng(23);
+  const cpu_backend cpu;
+  for (const dtype t : {dtype::f32, dtype::bf16}) {
+    const test_weights w = make_weights(t, 1000, 96, rng);  // 16 tasks of 64 rows
+    const auto x = random_vector(96, rng);
+    const auto kept = random_subset(1000, 0.4, rng);
+    for (const subset rows : {subset::everything(), subset::only(kept)}) {
+      const std::size_t out = rows.count(1000);
+      std::vector<float> one(out);
+      cpu::executor serial;
+      REQUIRE(cpu.run(gemv_args{w.view, x, one, rows}, {}, serial));
+      for (const std::size_t threads : {1U, 2U, 3U}) {
+        cpu::thread_pool pool(threads);
+        cpu::executor ex(pool);
+        for (int repeat = 0; repeat < 3; ++repeat) {
+          std::vector<float> y(out, -1.0F);
+          REQUIRE(cpu.run(gemv_args{w.view, x, y, rows}, {}, ex));
+          CHECK(same_bits(y, one));
+        }
+        // The engine's own threads: each calls run() with its share.
+        std::vector<float> y(out, -1.0F);
+        std::vector<std::thread> engine;
+        for (std::size_t i = 0; i < threads; ++i) {
+          engine.emplace_back([&, i] {
+            cpu::executor mine = cpu::executor::split({i, threads});
+            (void)cpu.run(gemv_args{w.view, x, y, rows}, {}, mine);
+          });
+        }
+        for (auto& e : engine) e.join();
+        CHECK(same_bits(y, one));
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu thread_pool: every task runs once, exceptions reach the caller, bad sizes are errors") {
+  cpu::thread_pool pool(3);
+  std::vector<int> hits(1000, 0);
+  pool.parallel_for(hits.size(), [&](std::size_t i) { ++hits[i]; });
+  CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+  CHECK_THROWS_WITH(pool.parallel_for(10,
+                                      [](std::size_t i) {
+                                        if (i == 7) throw std::runtime_error("task 7 failed");
+                                      }),
+                    "task 7 failed");
+  pool.parallel_for(0, [](std::size_t) { FAIL("no task"); });
+  CHECK_THROWS_AS(cpu::thread_pool(0), error);
+  CHECK_THROWS_AS((void)cpu::executor::split({3, 3}), error);
 }

@@ -3,10 +3,12 @@
 // Highway target; exactly one translation unit of the program defines them by including
 // actsparse/backends/cpu/implementation.hpp with ACTSPARSE_CPU_IMPLEMENTATION defined.
 //
-// Built so far: dense and row-gather GEMV for f32, f16 and bf16 weights. Everything else
-// (q8_0 / q4_0, row-axpy, the fused decode FFN, threads) answers "not handled", so an
+// Built so far: dense and row-gather GEMV for f32, f16 and bf16 weights, on any number of
+// threads (cpu/executor.hpp). Everything else (q8_0 / q4_0, row-axpy, the fused decode FFN)
+// answers "not handled", so an
 // engine or the ops layer falls back to another backend.
 
+#include <actsparse/backends/cpu/executor.hpp>
 #include <actsparse/core/concepts.hpp>
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/op_args.hpp>
@@ -38,7 +40,7 @@ inline constexpr std::size_t gemv_rows_per_task = 64;
 struct cpu_backend {
   static constexpr std::string_view name = "cpu";
   static constexpr memory_space memory = memory_space::host;
-  using executor_type = inline_executor;
+  using executor_type = cpu::executor;  // the calling thread, a thread_pool, or the engine's (ith, nth)
 
   [[nodiscard]] status can_implement(const gemv_args& a) const noexcept {
     if (!cpu::handles_gemv(a.w.type)) return status::not_handled("cpu: q8_0 / q4_0 GEMV is not built yet");

@@ -1,0 +1,148 @@
+#pragma once
+// How the CPU backend runs a kernel's tasks. A kernel cuts its work into a fixed list of
+// tasks (fixed by the shapes, never by the thread count) whose outputs are disjoint, so the
+// result is bitwise the same however the tasks are spread over threads. Three ways to run:
+//   executor{}                    the calling thread runs every task
+//   executor{pool}                a thread_pool runs them (blocking waits, no spinning)
+//   executor::split({ith, nth})   the engine calls the kernel from each of its nth threads;
+//                                 this one runs its contiguous share (ggml's ith / nth)
+
+#include <actsparse/core/error.hpp>
+#include <actsparse/core/executor.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace actsparse::cpu {
+
+// A fixed set of worker threads that sleep on a condition variable between jobs (the host
+// is shared: threads that spin stall for milliseconds when a CPU is taken away).
+class thread_pool {
+ public:
+  // threads: how many threads run a job, the caller included (>= 1).
+  explicit thread_pool(std::size_t threads) : threads_(threads) {
+    detail::require(threads >= 1, "cpu::thread_pool", "threads", threads, "at least 1 (the calling thread)");
+    workers_.reserve(threads - 1);
+    for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  }
+  thread_pool(const thread_pool&) = delete;
+  thread_pool& operator=(const thread_pool&) = delete;
+  ~thread_pool() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+
+  [[nodiscard]] std::size_t concurrency() const noexcept { return threads_; }
+
+  // Runs task(0..n-1) on the pool's threads and the caller; returns when all are done.
+  // Tasks are taken in order from a shared counter; an exception in a task is rethrown here.
+  void parallel_for(std::size_t n, const std::function<void(std::size_t)>& task) {
+    if (n == 0) return;
+    if (threads_ == 1 || n == 1) {
+      for (std::size_t i = 0; i < n; ++i) task(i);
+      return;
+    }
+    const std::lock_guard<std::mutex> one_job(job_mutex_);  // one job at a time
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      task_ = &task;
+      count_ = n;
+      next_.store(0);
+      busy_ = workers_.size();
+      error_ = nullptr;
+      ++generation_;
+    }
+    wake_.notify_all();
+    run_tasks();
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return busy_ == 0; });
+    task_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void run_tasks() {
+    for (std::size_t i = next_.fetch_add(1); i < count_; i = next_.fetch_add(1)) {
+      try {
+        (*task_)(i);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+  }
+
+  void work() {
+    std::size_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      run_tasks();
+      {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        --busy_;
+      }
+      done_.notify_one();
+    }
+  }
+
+  std::size_t threads_;
+  std::vector<std::thread> workers_;
+  std::mutex job_mutex_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  const std::function<void(std::size_t)>* task_ = nullptr;
+  std::size_t count_ = 0;
+  std::atomic<std::size_t> next_{0};
+  std::size_t busy_ = 0;
+  std::size_t generation_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+// The CPU backend's executor_type.
+class executor {
+ public:
+  executor() = default;                                            // the calling thread runs every task
+  explicit executor(thread_pool& pool) noexcept : pool_(&pool) {}  // the pool runs them
+  static executor split(thread_split s) {
+    detail::require(s.count >= 1 && s.index < s.count, "cpu::executor::split", "index", s.index,
+                    "index < count (count = " + std::to_string(s.count) + ")");
+    executor e;
+    e.split_ = s;
+    return e;
+  }
+
+  [[nodiscard]] std::size_t concurrency() const noexcept { return pool_ != nullptr ? pool_->concurrency() : 1; }
+
+  template <class F>
+  void parallel_for(std::size_t n, F&& task) const {
+    if (pool_ != nullptr) {
+      pool_->parallel_for(n, std::function<void(std::size_t)>(std::forward<F>(task)));
+      return;
+    }
+    for (std::size_t i = split_.begin(n); i < split_.end(n); ++i) task(i);
+  }
+
+ private:
+  thread_pool* pool_ = nullptr;
+  thread_split split_{};
+};
+
+static_assert(actsparse::executor<executor>);
+
+}  // namespace actsparse::cpu
