@@ -1,10 +1,11 @@
 // The CPU backend's GEMV (Highway, dynamic dispatch) at the 7B FFN shape 11008 × 4096,
-// dense and row-gather (output-sparse), against the read bandwidth measured in the same
-// process, at 1 and 2 threads (a blocking thread_pool). Counters:
+// dense and row-gather (output-sparse), and its input-sparse linear over a transposed
+// 11008 × 4096 weight (row axpy; a = the kept fraction of input channels), against the read bandwidth measured in the
+// same process, at 1 and 2 threads (a blocking thread_pool). Counters:
 //   gbps           weight bytes that must be read / time (1e9 bytes per GB)
 //   pct_of_stream  gbps / the read bandwidth measured at the same thread count (a ratio)
 //   speedup        dense time / this time, dense interleaved in the same iterations
-//   ideal          1 / a for a row gather of a fraction a of the rows
+//   ideal          1 / a when a fraction a of the rows is read
 //   pct_of_ideal   speedup / ideal
 #define ACTSPARSE_CPU_IMPLEMENTATION
 #include <actsparse/backends/cpu/implementation.hpp>
@@ -66,8 +67,11 @@ double seconds(F&& f) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// a = range(0) / 100 of the rows, random; a = 100 runs the dense path itself.
-template <class T>
+// a = range(0) / 100 of the rows, random; a = 100 runs the dense path itself. Transposed:
+// the matrix is Wt [11008 inputs × 4096 outputs] of an input-sparse linear (TEAL, the down
+// projection's shape) and the kept rows are the kept input channels; otherwise it is W of a
+// GEMV and the kept rows are the outputs computed.
+template <class T, bool Transposed>
 void BM_cpu_gemv(benchmark::State& state) {
   const matrices<T>& w = weights<T>();
   const double a = static_cast<double>(state.range(0)) / 100.0;
@@ -77,9 +81,9 @@ void BM_cpu_gemv(benchmark::State& state) {
   for (std::uint32_t r = 0; r < rows; ++r) {
     if (keep(rng)) kept.push_back(r);
   }
-  std::vector<float> x(cols, 0.5F);
-  std::vector<float> y_dense(rows);
-  std::vector<float> y(rows);
+  std::vector<float> x(Transposed ? rows : cols, 0.5F);
+  std::vector<float> y_dense(Transposed ? cols : rows);
+  std::vector<float> y(y_dense.size());
   const cpu_backend cpu;
   cpu::thread_pool pool(static_cast<std::size_t>(state.range(1)));
   cpu::executor ex(pool);
@@ -90,12 +94,19 @@ void BM_cpu_gemv(benchmark::State& state) {
     const weight_view d = view_of(w.m[next]);
     const weight_view s = view_of(w.m[(next + 1) % w.m.size()]);
     next = (next + 2) % w.m.size();
-    const auto run_dense = [&] { (void)cpu.run(gemv_args{d, x, y_dense, subset::everything()}, {}, ex); };
-    const auto run_sparse = [&] {
-      if (a >= 1.0) {
-        (void)cpu.run(gemv_args{s, x, y, subset::everything()}, {}, ex);
+    const auto run_dense = [&] {
+      if constexpr (Transposed) {
+        (void)cpu.run(transposed_linear_args{d, x, y_dense, subset::everything()}, {}, ex);
       } else {
-        (void)cpu.run(gemv_args{s, x, std::span<float>(y.data(), kept.size()), subset::only(kept)}, {}, ex);
+        (void)cpu.run(gemv_args{d, x, y_dense, subset::everything()}, {}, ex);
+      }
+    };
+    const auto run_sparse = [&] {
+      const subset which = a >= 1.0 ? subset::everything() : subset::only(kept);
+      if constexpr (Transposed) {
+        (void)cpu.run(transposed_linear_args{s, x, y, which}, {}, ex);
+      } else {
+        (void)cpu.run(gemv_args{s, x, std::span<float>(y.data(), which.count(rows)), which}, {}, ex);
       }
     };
     double t = 0.0;
@@ -122,13 +133,20 @@ void BM_cpu_gemv(benchmark::State& state) {
   state.counters["pct_of_ideal"] = speedup / ideal;
 }
 
-#define ACTSPARSE_CPU_GEMV_BENCH(T, label, threads) \
-  BENCHMARK_TEMPLATE(BM_cpu_gemv, T)                \
-      ->Name("cpu_gemv/" label "/7b/t" #threads)    \
-      ->ArgNames({"a_pct", "threads"})              \
-      ->ArgsProduct({{100, 50, 25, 10}, {threads}}) \
-      ->UseManualTime()                             \
-      ->MinTime(0.3)                                \
+#define ACTSPARSE_CPU_GEMV_BENCH(T, label, threads)                  \
+  BENCHMARK_TEMPLATE(BM_cpu_gemv, T, false)                          \
+      ->Name("cpu_gemv/" label "/7b/t" #threads)                     \
+      ->ArgNames({"a_pct", "threads"})                               \
+      ->ArgsProduct({{100, 50, 25, 10}, {threads}})                  \
+      ->UseManualTime()                                              \
+      ->MinTime(0.3)                                                 \
+      ->Unit(benchmark::kMillisecond);                               \
+  BENCHMARK_TEMPLATE(BM_cpu_gemv, T, true)                           \
+      ->Name("cpu_input_sparse_linear/" label "/7b_down/t" #threads) \
+      ->ArgNames({"a_pct", "threads"})                               \
+      ->ArgsProduct({{100, 75, 50, 25}, {threads}})                  \
+      ->UseManualTime()                                              \
+      ->MinTime(0.3)                                                 \
       ->Unit(benchmark::kMillisecond)
 
 ACTSPARSE_CPU_GEMV_BENCH(float, "f32", 1);

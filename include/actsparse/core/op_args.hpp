@@ -39,6 +39,16 @@ struct linear_args {
   subset inputs;
 };
 
+// The same input-sparse linear over a transposed weight Wt = Wᵀ [in × out] (TEAL's layout:
+// every input channel is one contiguous row, so a skipped channel is a skipped row):
+// y = Σ_{j ∈ inputs} x_j · Wt[j, :]. Build Wt once at load time (cpu::transpose).
+struct transposed_linear_args {
+  weight_view wt;            // [in × out]
+  std::span<const float> x;  // in
+  std::span<float> y;        // out, overwritten
+  subset inputs;
+};
+
 // Gated FFN: y = W_down · (act(W_gate x) ⊙ (W_up x)) over the kept neurons only.
 // `gate_act`, when not empty, holds act(W_gate x) for all d_ff neurons already computed
 // (the decode path computes the gate once, scores it, then runs the rest).

@@ -28,6 +28,18 @@ namespace cpu {
 void dispatch_gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
                         const float* x, float* y);
 
+// y[c] = Σ_k coef[row_k] · Wt[row_k, c] for c in [col_begin, col_end), row_k = rows ? rows[k] : k
+// for k < count; f32, f16, bf16. Defined by implementation.hpp.
+void dispatch_axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef,
+                        std::size_t col_begin, std::size_t col_end, float* y);
+
+// Whether the target chosen at run time has a fused multiply-add (then the row axpy equals
+// the reference bit for bit). Defined by implementation.hpp.
+bool dispatch_fused_multiply_add();
+
+// Output columns per task of the transposed (input-sparse) linear.
+inline constexpr std::size_t axpy_columns_per_task = 512;
+
 // Rows per task: the fixed work partition (results do not depend on how tasks are run).
 inline constexpr std::size_t gemv_rows_per_task = 64;
 
@@ -38,6 +50,22 @@ inline constexpr std::size_t gemv_rows_per_task = 64;
 }  // namespace cpu
 
 struct cpu_backend {
+  // The indices of a subset (nullptr for all) after checking them: < n, strictly increasing.
+  static const std::uint32_t* check_subset(const subset& s, std::size_t n, std::string_view where,
+                                           std::string_view name) {
+    if (s.all) {
+      detail::require(s.indices.empty(), where, name, s.indices.size(), "no indices when all is set");
+      return nullptr;
+    }
+    for (std::size_t k = 0; k < s.indices.size(); ++k) {
+      const std::uint32_t r = s.indices[k];
+      const std::string arg = std::string(name) + ".indices[" + std::to_string(k) + "]";
+      detail::require(r < n, where, arg, r, "an index < " + std::to_string(n));
+      detail::require(k == 0 || s.indices[k - 1] < r, where, arg, r, "strictly increasing indices");
+    }
+    return s.indices.data();
+  }
+
   static constexpr std::string_view name = "cpu";
   static constexpr memory_space memory = memory_space::host;
   using executor_type = cpu::executor;  // the calling thread, a thread_pool, or the engine's (ith, nth)
@@ -48,6 +76,32 @@ struct cpu_backend {
   }
   [[nodiscard]] std::size_t workspace_size(const gemv_args&) const noexcept { return 0; }
 
+  [[nodiscard]] status can_implement(const transposed_linear_args& a) const noexcept {
+    if (!cpu::handles_gemv(a.wt.type)) return status::not_handled("cpu: q8_0 / q4_0 row-axpy is not built yet");
+    return status::ok();
+  }
+  [[nodiscard]] std::size_t workspace_size(const transposed_linear_args&) const noexcept { return 0; }
+
+  status run(const transposed_linear_args& a, std::span<std::byte>, executor_type& ex) const {
+    if (const status s = can_implement(a); !s) return s;
+    constexpr std::string_view where = "cpu::transposed_linear";
+    validate(a.wt, where, "wt");
+    detail::require(a.x.size() == a.wt.rows, where, "x.size()", a.x.size(),
+                    "wt.rows = " + std::to_string(a.wt.rows) + " (the inputs)");
+    detail::require(a.y.size() == a.wt.cols, where, "y.size()", a.y.size(),
+                    "wt.cols = " + std::to_string(a.wt.cols) + " (the outputs)");
+    const std::uint32_t* rows = check_subset(a.inputs, a.wt.rows, where, "inputs");
+    const std::size_t count = a.inputs.count(a.wt.rows);
+    const std::size_t out = a.wt.cols;
+    const std::size_t tasks = (out + cpu::axpy_columns_per_task - 1) / cpu::axpy_columns_per_task;
+    ex.parallel_for(tasks, [&](std::size_t t) {
+      const std::size_t begin = t * cpu::axpy_columns_per_task;
+      const std::size_t end = begin + cpu::axpy_columns_per_task < out ? begin + cpu::axpy_columns_per_task : out;
+      cpu::dispatch_axpy_rows(a.wt, rows, count, a.x.data(), begin, end, a.y.data());
+    });
+    return status::ok();
+  }
+
   status run(const gemv_args& a, std::span<std::byte>, executor_type& ex) const {
     if (const status s = can_implement(a); !s) return s;
     constexpr std::string_view where = "cpu::gemv";
@@ -56,17 +110,7 @@ struct cpu_backend {
     const std::size_t out = a.rows.count(a.w.rows);
     detail::require(a.y.size() == out, where, "y.size()", a.y.size(),
                     "one output per computed row (" + std::to_string(out) + ")");
-    const std::uint32_t* rows = nullptr;
-    if (!a.rows.all) {
-      rows = a.rows.indices.data();
-      for (std::size_t k = 0; k < a.rows.indices.size(); ++k) {
-        const std::uint32_t r = a.rows.indices[k];
-        detail::require(r < a.w.rows, where, "rows.indices[" + std::to_string(k) + "]", r,
-                        "a row < w.rows = " + std::to_string(a.w.rows));
-        detail::require(k == 0 || a.rows.indices[k - 1] < r, where, "rows.indices[" + std::to_string(k) + "]", r,
-                        "strictly increasing row indices");
-      }
-    }
+    const std::uint32_t* rows = check_subset(a.rows, a.w.rows, where, "rows");
     const std::size_t tasks = (out + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
     ex.parallel_for(tasks, [&](std::size_t t) {
       const std::size_t begin = t * cpu::gemv_rows_per_task;
@@ -78,5 +122,6 @@ struct cpu_backend {
 };
 
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, gemv_args);
+ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, transposed_linear_args);
 
 }  // namespace actsparse

@@ -1,4 +1,5 @@
-// Per-target GEMV kernels (Highway). Included once per target by foreach_target.h from
+// Per-target GEMV kernels (Highway): row dot products (dense / output-sparse) and row axpy
+// over a transposed matrix (input-sparse). Included once per target by foreach_target.h from
 // actsparse/backends/cpu/implementation.hpp, or once for static dispatch.
 // No #pragma once: the toggle guard below lets foreach_target.h re-include this file.
 
@@ -16,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include <hwy/highway.h>
 
@@ -124,6 +126,86 @@ inline void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size
       break;  // not handled yet: the backend's can_implement says so
   }
 }
+
+// y[c] = Σ_{j} coef[j] · Wt[row_j, c] for c in [col_begin, col_end), rows j = rows ? rows[k] :
+// k for k < count, in that order. Every output element is the chain acc = fma(Wt[j, c],
+// coef_j, acc) over j in order from acc = 0, whatever the target or the column split: the
+// same chain as the reference's input-sparse linear, so the two agree bit for bit on targets
+// with a fused multiply-add (see fused_multiply_add).
+template <class T>
+HWY_NOINLINE void axpy_range(const weight_view& wt, const std::uint32_t* rows, std::size_t count,
+                             const float* HWY_RESTRICT coef, std::size_t col_begin, std::size_t col_end,
+                             float* HWY_RESTRICT y) {
+  const hn::ScalableTag<float> df;
+  const std::size_t lanes = hn::Lanes(df);
+  const auto* base = static_cast<const std::byte*>(wt.data);
+  float* HWY_RESTRICT out = y + col_begin;
+  const std::size_t n = col_end - col_begin;
+  for (std::size_t c = 0; c < n; ++c) out[c] = 0.0F;
+  const auto row = [&](std::size_t k) {
+    const std::size_t j = rows != nullptr ? rows[k] : k;
+    return std::pair{reinterpret_cast<const T*>(base + j * wt.row_stride) + col_begin, coef[j]};
+  };
+  std::size_t k = 0;
+  // Four rows per sweep: four streams, and one load and store of the outputs per four
+  // multiply-adds; each output still takes the rows one after another, in order.
+  for (; k + 4 <= count; k += 4) {
+    const auto [w0, c0] = row(k);
+    const auto [w1, c1] = row(k + 1);
+    const auto [w2, c2] = row(k + 2);
+    const auto [w3, c3] = row(k + 3);
+    const auto v0 = hn::Set(df, c0);
+    const auto v1 = hn::Set(df, c1);
+    const auto v2 = hn::Set(df, c2);
+    const auto v3 = hn::Set(df, c3);
+    std::size_t c = 0;
+    for (; c + lanes <= n; c += lanes) {
+      auto acc = hn::LoadU(df, out + c);
+      acc = hn::MulAdd(load_as_f32(df, w0 + c), v0, acc);
+      acc = hn::MulAdd(load_as_f32(df, w1 + c), v1, acc);
+      acc = hn::MulAdd(load_as_f32(df, w2 + c), v2, acc);
+      acc = hn::MulAdd(load_as_f32(df, w3 + c), v3, acc);
+      hn::StoreU(acc, df, out + c);
+    }
+    for (; c < n; ++c) {
+      float acc = out[c];
+      acc = std::fma(scalar_f32(w0[c]), c0, acc);
+      acc = std::fma(scalar_f32(w1[c]), c1, acc);
+      acc = std::fma(scalar_f32(w2[c]), c2, acc);
+      out[c] = std::fma(scalar_f32(w3[c]), c3, acc);
+    }
+  }
+  for (; k < count; ++k) {
+    const auto [w, cj] = row(k);
+    const auto vc = hn::Set(df, cj);
+    std::size_t c = 0;
+    for (; c + lanes <= n; c += lanes) {
+      hn::StoreU(hn::MulAdd(load_as_f32(df, w + c), vc, hn::LoadU(df, out + c)), df, out + c);
+    }
+    for (; c < n; ++c) out[c] = std::fma(scalar_f32(w[c]), cj, out[c]);
+  }
+}
+
+// The entry point each target exports for the input-sparse linear (f32, f16, bf16).
+inline void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef,
+                      std::size_t col_begin, std::size_t col_end, float* y) {
+  switch (wt.type) {
+    case dtype::f32:
+      return axpy_range<float>(wt, rows, count, coef, col_begin, col_end, y);
+    case dtype::f16:
+      return axpy_range<f16>(wt, rows, count, coef, col_begin, col_end, y);
+    case dtype::bf16:
+      return axpy_range<bf16>(wt, rows, count, coef, col_begin, col_end, y);
+    case dtype::q8_0:
+    case dtype::q4_0:
+      break;  // not handled yet: the backend's can_implement says so
+  }
+}
+
+// Whether this target's MulAdd is one fused rounding (AVX2, AVX3, NEON, ...). Where it is
+// not (SSE4, SSSE3, SCALAR) products are rounded before the add, and the row axpy agrees
+// with the reference within the f32 bound instead of bit for bit.
+inline bool fused_multiply_add() { return HWY_NATIVE_FMA != 0; }
 
 }  // namespace actsparse::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

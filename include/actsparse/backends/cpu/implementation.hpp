@@ -28,17 +28,24 @@
 namespace actsparse::cpu {
 
 #ifdef ACTSPARSE_CPU_STATIC_DISPATCH
-void dispatch_gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
-                        const float* x, float* y) {
-  HWY_STATIC_DISPATCH(gemv_rows)(w, rows, begin, end, x, y);
-}
+#define ACTSPARSE_CPU_DISPATCH(f) HWY_STATIC_DISPATCH(f)
 #else
 HWY_EXPORT(gemv_rows);
+HWY_EXPORT(axpy_rows);
+HWY_EXPORT(fused_multiply_add);
+#define ACTSPARSE_CPU_DISPATCH(f) HWY_DYNAMIC_DISPATCH(f)
+#endif
+
 void dispatch_gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
                         const float* x, float* y) {
-  HWY_DYNAMIC_DISPATCH(gemv_rows)(w, rows, begin, end, x, y);
+  ACTSPARSE_CPU_DISPATCH(gemv_rows)(w, rows, begin, end, x, y);
 }
-#endif
+void dispatch_axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef,
+                        std::size_t col_begin, std::size_t col_end, float* y) {
+  ACTSPARSE_CPU_DISPATCH(axpy_rows)(wt, rows, count, coef, col_begin, col_end, y);
+}
+bool dispatch_fused_multiply_add() { return ACTSPARSE_CPU_DISPATCH(fused_multiply_add)(); }
+#undef ACTSPARSE_CPU_DISPATCH
 
 }  // namespace actsparse::cpu
 #endif  // HWY_ONCE

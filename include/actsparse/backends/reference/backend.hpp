@@ -50,7 +50,8 @@ namespace reference {
 
 // The arguments of the operations the reference runs.
 template <class Args>
-concept operation_args = std::same_as<Args, gemv_args> || std::same_as<Args, linear_args> ||
+concept operation_args =
+    std::same_as<Args, gemv_args> || std::same_as<Args, linear_args> || std::same_as<Args, transposed_linear_args> ||
     std::same_as<Args, gated_ffn_args> || std::same_as<Args, token_ffn_args>;
 
 namespace detail {
@@ -119,6 +120,13 @@ inline void check_arguments(const gemv_args& a, std::string_view where) {
   detail::check_size(a.x.size(), a.w.cols, where, "x.size()", "w.cols");
   detail::check_size(a.y.size(), a.rows.count(a.w.rows), where, "y.size()",
                      a.rows.all ? "w.rows" : "rows.indices.size()");
+}
+
+inline void check_arguments(const transposed_linear_args& a, std::string_view where) {
+  validate(a.wt, where, "wt");
+  detail::check_subset(a.inputs, a.wt.rows, where, "inputs", "wt.rows");
+  detail::check_size(a.x.size(), a.wt.rows, where, "x.size()", "wt.rows, the inputs");
+  detail::check_size(a.y.size(), a.wt.cols, where, "y.size()", "wt.cols, the outputs");
 }
 
 inline void check_arguments(const linear_args& a, std::string_view where) {
@@ -212,6 +220,22 @@ struct reference_backend {
     return status::ok();
   }
 
+  // --- y = Σ_{j ∈ inputs} x_j · Wt[j, :] over a transposed weight ---------------------------
+  [[nodiscard]] status can_implement(const transposed_linear_args& a) const noexcept {
+    return reference::handles(a.wt.type) ? status::ok() : status::not_handled("reference: unknown dtype");
+  }
+  [[nodiscard]] std::size_t workspace_size(const transposed_linear_args& a) const noexcept {
+    return a.wt.cols * sizeof(float);
+  }
+  status run(const transposed_linear_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
+    constexpr std::string_view where = "reference::transposed_linear";
+    if (const status s = can_implement(a); !s) return s;
+    reference::check_arguments(a, where);
+    const std::span<float> row = reference::detail::scratch(workspace, a.wt.cols, where);
+    reference::transposed_linear(a.wt, a.inputs, a.x, a.y, row);
+    return status::ok();
+  }
+
   // --- y = W_down (act(W_gate x) ⊙ W_up x) over the kept neurons ----------------------------
   [[nodiscard]] status can_implement(const gated_ffn_args& a) const noexcept {
     return ffn_status(a.act, a.gate, a.up, a.down);
@@ -290,6 +314,7 @@ struct reference_backend {
 
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, gemv_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, linear_args);
+ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, transposed_linear_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, gated_ffn_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, token_ffn_args);
 

@@ -88,6 +88,20 @@ inline void input_sparse_linear(const weight_view& w, std::span<const std::uint3
   }
 }
 
+// y = Σ_{j ∈ inputs} x_j · wt[j, :] over a transposed weight (rows = inputs); every y[i] is
+// the chain fma(wt[j, i], x_j, ·) over j ascending from 0: the same as input_sparse_linear on W.
+inline void transposed_linear(const weight_view& wt, const subset& inputs, std::span<const float> x, std::span<float> y,
+                              std::span<float> row) noexcept {
+  const std::span<float> r = row.first(wt.cols);
+  for (float& v : y) v = 0.0F;
+  const std::size_t n = inputs.count(wt.rows);
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t j = inputs.all ? k : inputs.indices[k];
+    dequantize_row(wt, j, r);
+    for (std::size_t i = 0; i < wt.cols; ++i) y[i] = madd(r[i], x[j], y[i]);
+  }
+}
+
 // The weights of one gated FFN: gate and up [d_ff × d_model], down [d_model × d_ff].
 struct gated_weights {
   activation act = activation::silu;

@@ -1,0 +1,94 @@
+// The CPU backend's input-sparse linear over transposed weights (row axpy), against the
+// reference: every output is the same fma chain, so the two agree bit for bit.
+#include "test_reference_support.hpp"
+
+#include <actsparse/backends/cpu/backend.hpp>
+#include <actsparse/backends/cpu/repack.hpp>
+#include <actsparse/backends/reference.hpp>
+
+#include <doctest/doctest.h>
+#include <hwy/targets.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace actsparse;
+using namespace reference_test;
+
+TEST_CASE("cpu transposed linear equals the reference linear (bit for bit where FMA is native) on every target") {
+  std::mt19937 rng(31);
+  const cpu_backend cpu;
+  const reference_backend ref;
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
+    for (const std::size_t out : {1U, 7U, 33U, 600U, 1100U}) {  // 1100: three column tasks, a ragged one
+      const std::size_t in = 45;
+      const test_weights w = make_weights(t, out, in, rng, 2);  // W [out × in], strided rows
+      const cpu::owned_weights wt = cpu::transpose(w.view);
+      REQUIRE(wt.view.rows == in);
+      REQUIRE(wt.view.cols == out);
+      const auto x = random_vector(in, rng);
+      for (const double density : {1.0, 0.5, 0.1}) {
+        const auto kept = density == 1.0 ? all_indices(in) : random_subset(in, density, rng);
+        std::vector<float> want(out);
+        REQUIRE(ref.run_with_scratch(linear_args{w.view, x, want, subset::only(kept)}));
+        // The reference's own transposed path agrees with its linear on W.
+        std::vector<float> want_t(out);
+        REQUIRE(ref.run_with_scratch(transposed_linear_args{wt.view, x, want_t, subset::only(kept)}));
+        CHECK(same_bits(want_t, want));
+        for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+          hwy::SetSupportedTargetsForTest(target);
+          INFO(name(t), " out ", out, " density ", density, " target ", std::string(hwy::TargetName(target)));
+          std::vector<float> y(out, -1.0F);
+          cpu::executor ex;
+          REQUIRE(cpu.run(transposed_linear_args{wt.view, x, y, subset::only(kept)}, {}, ex));
+          if (cpu::dispatch_fused_multiply_add()) {
+            CHECK(same_bits(y, want));
+          } else {  // products rounded before the add: within the f32 bound of the reference
+            for (std::size_t i = 0; i < out; ++i) {
+              double mag = 0.0;
+              for (const auto j : kept) {
+                mag += std::fabs(w.values(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) * x[j]);
+              }
+              REQUIRE(std::fabs(y[i] - want[i]) <= 2.0 * dot_factor(kept.size()) * mag);
+            }
+          }
+          if (density == 1.0) {  // keep-all equals the dense path
+            std::vector<float> dense(out, -1.0F);
+            REQUIRE(cpu.run(transposed_linear_args{wt.view, x, dense, subset::everything()}, {}, ex));
+            CHECK(same_bits(dense, y));
+          }
+        }
+        hwy::SetSupportedTargetsForTest(0);
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu transposed linear: same bits for 1, 2 and 3 threads; errors for bad input") {
+  std::mt19937 rng(32);
+  const cpu_backend cpu;
+  const test_weights w = make_weights(dtype::bf16, 2000, 64, rng);
+  const cpu::owned_weights wt = cpu::transpose(w.view);
+  const auto x = random_vector(64, rng);
+  const auto kept = random_subset(64, 0.4, rng);
+  std::vector<float> one(2000);
+  cpu::executor serial;
+  REQUIRE(cpu.run(transposed_linear_args{wt.view, x, one, subset::only(kept)}, {}, serial));
+  for (const std::size_t threads : {2U, 3U}) {
+    cpu::thread_pool pool(threads);
+    cpu::executor ex(pool);
+    std::vector<float> y(2000);
+    REQUIRE(cpu.run(transposed_linear_args{wt.view, x, y, subset::only(kept)}, {}, ex));
+    CHECK(same_bits(y, one));
+  }
+  std::vector<float> short_y(10);
+  CHECK_THROWS_WITH_AS((void)cpu.run(transposed_linear_args{wt.view, x, short_y, subset::everything()}, {}, serial),
+                       doctest::Contains("'y.size()' is 10"), error);
+  const std::vector<std::uint32_t> bad = {3, 64};
+  CHECK_THROWS_WITH_AS((void)cpu.run(transposed_linear_args{wt.view, x, one, subset::only(bad)}, {}, serial),
+                       doctest::Contains("'inputs.indices[1]' is 64"), error);
+  const test_weights q = make_weights(dtype::q8_0, 4, 64, rng);
+  CHECK_THROWS_WITH_AS((void)cpu::transpose(q.view), doctest::Contains("not built yet"), error);
+}
