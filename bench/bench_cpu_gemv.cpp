@@ -10,6 +10,8 @@
 #define ACTSPARSE_CPU_IMPLEMENTATION
 #include <actsparse/backends/cpu/implementation.hpp>
 
+#include "eigen_peer.hpp"
+#include "harness.hpp"
 #include "read_bandwidth.hpp"
 
 #include <actsparse/core/quantize.hpp>
@@ -27,6 +29,7 @@ namespace {
 
 using namespace actsparse;
 using actsparse_bench::large_dataset;
+using actsparse_bench::seconds;
 
 constexpr std::size_t rows = 11008;
 constexpr std::size_t cols = 4096;
@@ -58,13 +61,6 @@ const matrices<T>& weights() {
 template <class T>
 weight_view view_of(const std::vector<T>& m) {
   return matrix_view<const T>::packed(m.data(), rows, cols);
-}
-
-template <class F>
-double seconds(F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // a = range(0) / 100 of the rows, random; a = 100 runs the dense path itself. Transposed:

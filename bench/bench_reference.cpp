@@ -13,6 +13,8 @@
 // Every weight set spans more than the last-level cache (several layers, cycled), so each
 // call streams its weights from memory.
 
+#include "eigen_peer.hpp"
+#include "harness.hpp"
 #include "read_bandwidth.hpp"
 
 #include <actsparse/backends/reference/backend.hpp>
@@ -38,6 +40,8 @@
 namespace {
 
 using actsparse_bench::large_dataset;
+using actsparse_bench::random_floats;
+using actsparse_bench::seconds;
 
 // A 7B-class FFN (LLaMA-style proportions, halved): 3 · 2048 · 5632 = 34.6 M weights a layer.
 constexpr std::size_t d_model = 2048;
@@ -45,21 +49,6 @@ constexpr std::size_t d_ff = 5632;
 // The reference takes 0.05–0.2 s a token: a few iterations per repetition keep the whole
 // program (3 repetitions) within about a minute on 2 cores.
 constexpr int ffn_iterations = 3;
-
-[[nodiscard]] std::vector<float> random_floats(std::size_t n, float scale, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = u(rng);
-  return v;
-}
-
-template <class F>
-[[nodiscard]] double seconds(F&& f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // --- the reference gated FFN ----------------------------------------------------------------
 
@@ -272,54 +261,6 @@ ACTSPARSE_REFERENCE_FFN_BENCHMARKS(actsparse::bf16, "bf16");
 ACTSPARSE_REFERENCE_FFN_BENCHMARKS(actsparse::block_q8_0, "q8_0");
 ACTSPARSE_REFERENCE_FFN_BENCHMARKS(actsparse::block_q4_0, "q4_0");
 
-namespace {
-
-// --- Eigen's dense f32 GEMV -----------------------------------------------------------------
-
-constexpr Eigen::Index gemv_rows = 11008;
-constexpr Eigen::Index gemv_cols = 4096;
-
-// Enough 11008 × 4096 row-major f32 matrices to span more than the last-level cache.
-[[nodiscard]] const std::vector<std::vector<float>>& gemv_matrices() {
-  return large_dataset::get<std::vector<std::vector<float>>>("eigen_gemv/f32", [] {
-    const auto values = static_cast<std::size_t>(gemv_rows * gemv_cols);
-    const std::size_t one = values * sizeof(float);
-    const std::size_t count = std::max<std::size_t>(2, (actsparse_bench::streaming_bytes() + one - 1) / one);
-    std::vector<std::vector<float>> m(count, random_floats(values, 1.0F / 64.0F, 6));
-    return m;
-  });
-}
-
-// y = W x with Eigen (single-threaded), the next matrix each iteration.
-void BM_eigen_gemv_f32(benchmark::State& state) {
-  using row_major = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  const std::vector<std::vector<float>>& matrices = gemv_matrices();
-  const std::vector<float> xs = random_floats(static_cast<std::size_t>(gemv_cols), 1.0F, 7);
-  const Eigen::Map<const Eigen::VectorXf> x(xs.data(), gemv_cols);
-  Eigen::VectorXf y(gemv_rows);
-  std::size_t next = 0;
-  double total = 0.0;
-  for (auto _ : state) {
-    const Eigen::Map<const row_major> w(matrices[next].data(), gemv_rows, gemv_cols);
-    next = (next + 1) % matrices.size();
-    const double s = seconds([&] { y.noalias() = w * x; });
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-    state.SetIterationTime(s);
-    total += s;
-  }
-  const double bytes = static_cast<double>(gemv_rows * gemv_cols) * sizeof(float);
-  const double gbps = bytes * static_cast<double>(state.iterations()) / total / 1e9;
-  state.counters["gbps"] = gbps;
-  state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, 1);
-}
-
-}  // namespace
-
-BENCHMARK(BM_eigen_gemv_f32)
-    ->Name("eigen_gemv/f32/11008x4096")
-    ->UseManualTime()
-    ->MinTime(0.5)
-    ->Unit(benchmark::kMillisecond);
+namespace {}  // namespace
 
 int main(int argc, char** argv) { return actsparse_bench::run_benchmarks_with_read_bandwidth(argc, argv); }

@@ -1,0 +1,29 @@
+#pragma once
+// Small helpers shared by the benchmark programs.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace actsparse_bench {
+
+// n values uniform in [-scale, scale], from a fixed seed.
+[[nodiscard]] inline std::vector<float> random_floats(std::size_t n, float scale, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = u(rng);
+  return v;
+}
+
+// Wall-clock seconds that f takes.
+template <class F>
+[[nodiscard]] double seconds(F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace actsparse_bench
