@@ -1,5 +1,6 @@
 // The CPU backend's input-sparse linear over transposed weights (row axpy), against the
 // reference: every output is the same fma chain, so the two agree bit for bit.
+#include "cpu_test_support.hpp"
 #include "test_reference_support.hpp"
 
 #include <actsparse/backends/cpu/backend.hpp>
@@ -37,9 +38,8 @@ TEST_CASE("cpu transposed linear equals the reference linear (bit for bit where 
         std::vector<float> want_t(out);
         REQUIRE(ref.run_with_scratch(transposed_linear_args{wt.view, x, want_t, subset::only(kept)}));
         CHECK(same_bits(want_t, want));
-        for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-          hwy::SetSupportedTargetsForTest(target);
-          INFO(name(t), " out ", out, " density ", density, " target ", std::string(hwy::TargetName(target)));
+        cpu_test::for_each_target([&] {
+          INFO(name(t), " out ", out, " density ", density);
           std::vector<float> y(out, -1.0F);
           cpu::executor ex;
           REQUIRE(cpu.run(transposed_linear_args{wt.view, x, y, subset::only(kept)}, {}, ex));
@@ -59,8 +59,7 @@ TEST_CASE("cpu transposed linear equals the reference linear (bit for bit where 
             REQUIRE(cpu.run(transposed_linear_args{wt.view, x, dense, subset::everything()}, {}, ex));
             CHECK(same_bits(dense, y));
           }
-        }
-        hwy::SetSupportedTargetsForTest(0);
+        });
       }
     }
   }

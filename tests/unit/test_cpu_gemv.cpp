@@ -1,4 +1,5 @@
 // The CPU backend's GEMV against the reference backend, on every compiled Highway target.
+#include "cpu_test_support.hpp"
 #include "test_reference_support.hpp"
 
 #include <actsparse/backends/cpu/backend.hpp>
@@ -17,20 +18,9 @@
 
 using namespace actsparse;
 using namespace reference_test;
+using cpu_test::for_each_target;
 
 namespace {
-
-// Runs f once for every Highway target this CPU supports and this program compiled.
-template <class F>
-void for_each_target(F&& f) {
-  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    const std::string target_name = hwy::TargetName(target);
-    INFO("target ", target_name);
-    f();
-  }
-  hwy::SetSupportedTargetsForTest(0);
-}
 
 std::vector<float> run(const auto& backend, const weight_view& w, std::span<const float> x, subset rows) {
   std::vector<float> y(rows.count(w.rows));
