@@ -51,19 +51,10 @@ inline constexpr std::size_t gemv_rows_per_task = 64;
 
 struct cpu_backend {
   // The indices of a subset (nullptr for all) after checking them: < n, strictly increasing.
-  static const std::uint32_t* check_subset(const subset& s, std::size_t n, std::string_view where,
-                                           std::string_view name) {
-    if (s.all) {
-      detail::require(s.indices.empty(), where, name, s.indices.size(), "no indices when all is set");
-      return nullptr;
-    }
-    for (std::size_t k = 0; k < s.indices.size(); ++k) {
-      const std::uint32_t r = s.indices[k];
-      const std::string arg = std::string(name) + ".indices[" + std::to_string(k) + "]";
-      detail::require(r < n, where, arg, r, "an index < " + std::to_string(n));
-      detail::require(k == 0 || s.indices[k - 1] < r, where, arg, r, "strictly increasing indices");
-    }
-    return s.indices.data();
+  static const std::uint32_t* checked_indices(const subset& s, std::size_t n, std::string_view where,
+                                              std::string_view name, std::string_view meaning_of_n) {
+    detail::check_subset(s, n, where, name, meaning_of_n);
+    return s.all ? nullptr : s.indices.data();
   }
 
   static constexpr std::string_view name = "cpu";
@@ -90,7 +81,7 @@ struct cpu_backend {
                     "wt.rows = " + std::to_string(a.wt.rows) + " (the inputs)");
     detail::require(a.y.size() == a.wt.cols, where, "y.size()", a.y.size(),
                     "wt.cols = " + std::to_string(a.wt.cols) + " (the outputs)");
-    const std::uint32_t* rows = check_subset(a.inputs, a.wt.rows, where, "inputs");
+    const std::uint32_t* rows = checked_indices(a.inputs, a.wt.rows, where, "inputs", "wt.rows");
     const std::size_t count = a.inputs.count(a.wt.rows);
     const std::size_t out = a.wt.cols;
     const std::size_t tasks = (out + cpu::axpy_columns_per_task - 1) / cpu::axpy_columns_per_task;
@@ -110,7 +101,7 @@ struct cpu_backend {
     const std::size_t out = a.rows.count(a.w.rows);
     detail::require(a.y.size() == out, where, "y.size()", a.y.size(),
                     "one output per computed row (" + std::to_string(out) + ")");
-    const std::uint32_t* rows = check_subset(a.rows, a.w.rows, where, "rows");
+    const std::uint32_t* rows = checked_indices(a.rows, a.w.rows, where, "rows", "w.rows");
     const std::size_t tasks = (out + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
     ex.parallel_for(tasks, [&](std::size_t t) {
       const std::size_t begin = t * cpu::gemv_rows_per_task;

@@ -64,32 +64,6 @@ inline void check_size(std::size_t got, std::size_t want, std::string_view where
   }
 }
 
-// A subset of n candidates: everything (no indices), or indices < n strictly increasing.
-inline void check_subset(const subset& s, std::size_t n, std::string_view where, std::string_view argument,
-                         std::string_view meaning_of_n) {
-  if (s.all) {
-    if (!s.indices.empty()) {
-      ::actsparse::detail::fail(where, argument,
-                                "a subset with all = true and " + std::to_string(s.indices.size()) + " indices",
-                                "subset::everything() (no indices) or subset::only(indices) (all = false)");
-    }
-    return;
-  }
-  for (std::size_t k = 0; k < s.indices.size(); ++k) {
-    const std::uint32_t j = s.indices[k];
-    if (j >= n) {
-      ::actsparse::detail::fail(where, std::string(argument) + ".indices[" + std::to_string(k) + "]", j,
-                                "an index < " + std::to_string(n) + " (" + std::string(meaning_of_n) + ")");
-    }
-    if (k > 0 && j <= s.indices[k - 1]) {
-      ::actsparse::detail::fail(where, std::string(argument) + ".indices[" + std::to_string(k) + "]", j,
-                                "an index > " + std::string(argument) + ".indices[" + std::to_string(k - 1) +
-                                    "] = " + std::to_string(s.indices[k - 1]) +
-                                    " (indices strictly increasing: sorted, no duplicates)");
-    }
-  }
-}
-
 // The first `floats` f32 values of the workspace; checks its size and alignment.
 [[nodiscard]] inline std::span<float> scratch(std::span<std::byte> workspace, std::size_t floats,
                                               std::string_view where) {
@@ -116,7 +90,7 @@ inline void check_subset(const subset& s, std::size_t n, std::string_view where,
 
 inline void check_arguments(const gemv_args& a, std::string_view where) {
   validate(a.w, where, "w");
-  detail::check_subset(a.rows, a.w.rows, where, "rows", "w.rows");
+  ::actsparse::detail::check_subset(a.rows, a.w.rows, where, "rows", "w.rows");
   detail::check_size(a.x.size(), a.w.cols, where, "x.size()", "w.cols");
   detail::check_size(a.y.size(), a.rows.count(a.w.rows), where, "y.size()",
                      a.rows.all ? "w.rows" : "rows.indices.size()");
@@ -124,14 +98,14 @@ inline void check_arguments(const gemv_args& a, std::string_view where) {
 
 inline void check_arguments(const transposed_linear_args& a, std::string_view where) {
   validate(a.wt, where, "wt");
-  detail::check_subset(a.inputs, a.wt.rows, where, "inputs", "wt.rows");
+  ::actsparse::detail::check_subset(a.inputs, a.wt.rows, where, "inputs", "wt.rows");
   detail::check_size(a.x.size(), a.wt.rows, where, "x.size()", "wt.rows, the inputs");
   detail::check_size(a.y.size(), a.wt.cols, where, "y.size()", "wt.cols, the outputs");
 }
 
 inline void check_arguments(const linear_args& a, std::string_view where) {
   validate(a.w, where, "w");
-  detail::check_subset(a.inputs, a.w.cols, where, "inputs", "w.cols");
+  ::actsparse::detail::check_subset(a.inputs, a.w.cols, where, "inputs", "w.cols");
   detail::check_size(a.x.size(), a.w.cols, where, "x.size()", "w.cols, the inputs");
   detail::check_size(a.y.size(), a.w.rows, where, "y.size()", "w.rows, the outputs");
 }
@@ -152,7 +126,7 @@ inline void check_arguments(const gated_ffn_args& a, std::string_view where) {
   check_ffn_weights(a.gate, a.up, a.down, where);
   const std::size_t d_model = a.gate.cols;
   const std::size_t d_ff = a.gate.rows;
-  detail::check_subset(a.neurons, d_ff, where, "neurons", "d_ff = gate.rows");
+  ::actsparse::detail::check_subset(a.neurons, d_ff, where, "neurons", "d_ff = gate.rows");
   detail::check_size(a.x.size(), d_model, where, "x.size()", "d_model = gate.cols");
   detail::check_size(a.y.size(), d_model, where, "y.size()", "d_model = gate.cols");
   if (!a.gate_act.empty()) {
@@ -168,7 +142,7 @@ inline void check_arguments(const token_ffn_args& a, std::string_view where) {
   detail::check_size(a.input.cols, a.gate.cols, where, "input.cols", "d_model = gate.cols");
   detail::check_size(a.residual.cols, a.gate.cols, where, "residual.cols", "d_model = gate.cols");
   detail::check_size(a.residual.rows, a.input.rows, where, "residual.rows", "input.rows, one residual row per token");
-  detail::check_subset(a.tokens, a.input.rows, where, "tokens", "input.rows");
+  ::actsparse::detail::check_subset(a.tokens, a.input.rows, where, "tokens", "input.rows");
 }
 
 }  // namespace reference
