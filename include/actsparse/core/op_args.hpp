@@ -4,13 +4,10 @@
 // the other. Every index list is sorted and unique.
 
 #include <actsparse/core/activation.hpp>
-#include <actsparse/core/error.hpp>
 #include <actsparse/core/views.hpp>
 
 #include <cstdint>
 #include <span>
-#include <string>
-#include <string_view>
 
 namespace actsparse {
 
@@ -24,35 +21,6 @@ struct subset {
   static constexpr subset only(std::span<const std::uint32_t> sorted_unique) noexcept { return {false, sorted_unique}; }
   [[nodiscard]] constexpr std::size_t count(std::size_t n) const noexcept { return all ? n : indices.size(); }
 };
-
-namespace detail {
-
-// Every backend checks the subsets it is given with this (messages are built only on the
-// failing path). meaning_of_n says what n is, e.g. "w.rows".
-inline void check_subset(const subset& s, std::size_t n, std::string_view where, std::string_view argument,
-                         std::string_view meaning_of_n) {
-  if (s.all) {
-    if (!s.indices.empty()) {
-      fail(where, argument, "a subset with all = true and " + std::to_string(s.indices.size()) + " indices",
-           "subset::everything() (no indices) or subset::only(indices) (all = false)");
-    }
-    return;
-  }
-  for (std::size_t k = 0; k < s.indices.size(); ++k) {
-    const std::uint32_t j = s.indices[k];
-    if (j >= n) {
-      fail(where, std::string(argument) + ".indices[" + std::to_string(k) + "]", j,
-           "an index < " + std::to_string(n) + " (" + std::string(meaning_of_n) + ")");
-    }
-    if (k > 0 && j <= s.indices[k - 1]) {
-      fail(where, std::string(argument) + ".indices[" + std::to_string(k) + "]", j,
-           "an index > " + std::string(argument) + ".indices[" + std::to_string(k - 1) +
-               "] = " + std::to_string(s.indices[k - 1]) + " (indices strictly increasing: sorted, no duplicates)");
-    }
-  }
-}
-
-}  // namespace detail
 
 // y = W[rows, :] · x. With rows = everything, y has W.rows entries (dense GEMV); otherwise
 // y[i] = W[rows[i], :] · x (row gather, output-sparse).

@@ -9,6 +9,7 @@
 // engine or the ops layer falls back to another backend.
 
 #include <actsparse/backends/cpu/executor.hpp>
+#include <actsparse/core/check_args.hpp>
 #include <actsparse/core/concepts.hpp>
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/op_args.hpp>
@@ -50,13 +51,6 @@ inline constexpr std::size_t gemv_rows_per_task = 64;
 }  // namespace cpu
 
 struct cpu_backend {
-  // The indices of a subset (nullptr for all) after checking them: < n, strictly increasing.
-  static const std::uint32_t* checked_indices(const subset& s, std::size_t n, std::string_view where,
-                                              std::string_view name, std::string_view meaning_of_n) {
-    detail::check_subset(s, n, where, name, meaning_of_n);
-    return s.all ? nullptr : s.indices.data();
-  }
-
   static constexpr std::string_view name = "cpu";
   static constexpr memory_space memory = memory_space::host;
   using executor_type = cpu::executor;  // the calling thread, a thread_pool, or the engine's (ith, nth)
@@ -76,12 +70,8 @@ struct cpu_backend {
   status run(const transposed_linear_args& a, std::span<std::byte>, executor_type& ex) const {
     if (const status s = can_implement(a); !s) return s;
     constexpr std::string_view where = "cpu::transposed_linear";
-    validate(a.wt, where, "wt");
-    detail::require(a.x.size() == a.wt.rows, where, "x.size()", a.x.size(),
-                    "wt.rows = " + std::to_string(a.wt.rows) + " (the inputs)");
-    detail::require(a.y.size() == a.wt.cols, where, "y.size()", a.y.size(),
-                    "wt.cols = " + std::to_string(a.wt.cols) + " (the outputs)");
-    const std::uint32_t* rows = checked_indices(a.inputs, a.wt.rows, where, "inputs", "wt.rows");
+    check_arguments(a, where);
+    const std::uint32_t* rows = a.inputs.all ? nullptr : a.inputs.indices.data();
     const std::size_t count = a.inputs.count(a.wt.rows);
     const std::size_t out = a.wt.cols;
     const std::size_t tasks = (out + cpu::axpy_columns_per_task - 1) / cpu::axpy_columns_per_task;
@@ -96,12 +86,9 @@ struct cpu_backend {
   status run(const gemv_args& a, std::span<std::byte>, executor_type& ex) const {
     if (const status s = can_implement(a); !s) return s;
     constexpr std::string_view where = "cpu::gemv";
-    validate(a.w, where, "w");
-    detail::require(a.x.size() == a.w.cols, where, "x.size()", a.x.size(), "w.cols = " + std::to_string(a.w.cols));
+    check_arguments(a, where);
+    const std::uint32_t* rows = a.rows.all ? nullptr : a.rows.indices.data();
     const std::size_t out = a.rows.count(a.w.rows);
-    detail::require(a.y.size() == out, where, "y.size()", a.y.size(),
-                    "one output per computed row (" + std::to_string(out) + ")");
-    const std::uint32_t* rows = checked_indices(a.rows, a.w.rows, where, "rows", "w.rows");
     const std::size_t tasks = (out + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
     ex.parallel_for(tasks, [&](std::size_t t) {
       const std::size_t begin = t * cpu::gemv_rows_per_task;

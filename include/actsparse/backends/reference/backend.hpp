@@ -7,6 +7,7 @@
 //   run(args, workspace, executor)  (checks args, throws actsparse::error when one is wrong)
 
 #include <actsparse/backends/reference/kernels.hpp>
+#include <actsparse/core/check_args.hpp>
 #include <actsparse/core/concepts.hpp>
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/executor.hpp>
@@ -56,14 +57,6 @@ concept operation_args =
 
 namespace detail {
 
-// Messages are built only on the failing path: a valid call allocates nothing.
-inline void check_size(std::size_t got, std::size_t want, std::string_view where, std::string_view argument,
-                       std::string_view meaning) {
-  if (got != want) {
-    ::actsparse::detail::fail(where, argument, got, std::to_string(want) + " (" + std::string(meaning) + ")");
-  }
-}
-
 // The first `floats` f32 values of the workspace; checks its size and alignment.
 [[nodiscard]] inline std::span<float> scratch(std::span<std::byte> workspace, std::size_t floats,
                                               std::string_view where) {
@@ -86,65 +79,6 @@ inline void check_size(std::size_t got, std::size_t want, std::string_view where
 
 }  // namespace detail
 
-// Argument checks, one per operation. `where` names the caller in the message.
-
-inline void check_arguments(const gemv_args& a, std::string_view where) {
-  validate(a.w, where, "w");
-  ::actsparse::detail::check_subset(a.rows, a.w.rows, where, "rows", "w.rows");
-  detail::check_size(a.x.size(), a.w.cols, where, "x.size()", "w.cols");
-  detail::check_size(a.y.size(), a.rows.count(a.w.rows), where, "y.size()",
-                     a.rows.all ? "w.rows" : "rows.indices.size()");
-}
-
-inline void check_arguments(const transposed_linear_args& a, std::string_view where) {
-  validate(a.wt, where, "wt");
-  ::actsparse::detail::check_subset(a.inputs, a.wt.rows, where, "inputs", "wt.rows");
-  detail::check_size(a.x.size(), a.wt.rows, where, "x.size()", "wt.rows, the inputs");
-  detail::check_size(a.y.size(), a.wt.cols, where, "y.size()", "wt.cols, the outputs");
-}
-
-inline void check_arguments(const linear_args& a, std::string_view where) {
-  validate(a.w, where, "w");
-  ::actsparse::detail::check_subset(a.inputs, a.w.cols, where, "inputs", "w.cols");
-  detail::check_size(a.x.size(), a.w.cols, where, "x.size()", "w.cols, the inputs");
-  detail::check_size(a.y.size(), a.w.rows, where, "y.size()", "w.rows, the outputs");
-}
-
-// gate and up [d_ff × d_model], down [d_model × d_ff], with d_model = gate.cols, d_ff = gate.rows.
-inline void check_ffn_weights(const weight_view& gate, const weight_view& up, const weight_view& down,
-                              std::string_view where) {
-  validate(gate, where, "gate");
-  validate(up, where, "up");
-  validate(down, where, "down");
-  detail::check_size(up.rows, gate.rows, where, "up.rows", "d_ff = gate.rows; gate and up are [d_ff x d_model]");
-  detail::check_size(up.cols, gate.cols, where, "up.cols", "d_model = gate.cols; gate and up are [d_ff x d_model]");
-  detail::check_size(down.rows, gate.cols, where, "down.rows", "d_model = gate.cols; down is [d_model x d_ff]");
-  detail::check_size(down.cols, gate.rows, where, "down.cols", "d_ff = gate.rows; down is [d_model x d_ff]");
-}
-
-inline void check_arguments(const gated_ffn_args& a, std::string_view where) {
-  check_ffn_weights(a.gate, a.up, a.down, where);
-  const std::size_t d_model = a.gate.cols;
-  const std::size_t d_ff = a.gate.rows;
-  ::actsparse::detail::check_subset(a.neurons, d_ff, where, "neurons", "d_ff = gate.rows");
-  detail::check_size(a.x.size(), d_model, where, "x.size()", "d_model = gate.cols");
-  detail::check_size(a.y.size(), d_model, where, "y.size()", "d_model = gate.cols");
-  if (!a.gate_act.empty()) {
-    detail::check_size(a.gate_act.size(), d_ff, where, "gate_act.size()",
-                       "d_ff = gate.rows, or 0 to compute the gate here");
-  }
-}
-
-inline void check_arguments(const token_ffn_args& a, std::string_view where) {
-  check_ffn_weights(a.gate, a.up, a.down, where);
-  validate(a.input, where, "input");
-  validate(a.residual, where, "residual");
-  detail::check_size(a.input.cols, a.gate.cols, where, "input.cols", "d_model = gate.cols");
-  detail::check_size(a.residual.cols, a.gate.cols, where, "residual.cols", "d_model = gate.cols");
-  detail::check_size(a.residual.rows, a.input.rows, where, "residual.rows", "input.rows, one residual row per token");
-  ::actsparse::detail::check_subset(a.tokens, a.input.rows, where, "tokens", "input.rows");
-}
-
 }  // namespace reference
 
 struct reference_backend {
@@ -163,7 +97,7 @@ struct reference_backend {
   status run(const gemv_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
     constexpr std::string_view where = "reference::gemv";
     if (const status s = can_implement(a); !s) return s;
-    reference::check_arguments(a, where);
+    ::actsparse::check_arguments(a, where);
     const std::span<float> row = reference::detail::scratch(workspace, scratch_floats(a), where);
     if (a.rows.all) {
       reference::dense_gemv(a.w, a.x, a.y, row);
@@ -184,7 +118,7 @@ struct reference_backend {
   status run(const linear_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
     constexpr std::string_view where = "reference::linear";
     if (const status s = can_implement(a); !s) return s;
-    reference::check_arguments(a, where);
+    ::actsparse::check_arguments(a, where);
     const std::span<float> row = reference::detail::scratch(workspace, scratch_floats(a), where);
     if (a.inputs.all) {
       reference::dense_gemv(a.w, a.x, a.y, row);
@@ -204,7 +138,7 @@ struct reference_backend {
   status run(const transposed_linear_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
     constexpr std::string_view where = "reference::transposed_linear";
     if (const status s = can_implement(a); !s) return s;
-    reference::check_arguments(a, where);
+    ::actsparse::check_arguments(a, where);
     const std::span<float> row = reference::detail::scratch(workspace, a.wt.cols, where);
     reference::transposed_linear(a.wt, a.inputs, a.x, a.y, row);
     return status::ok();
@@ -221,7 +155,7 @@ struct reference_backend {
   status run(const gated_ffn_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
     constexpr std::string_view where = "reference::gated_ffn";
     if (const status s = can_implement(a); !s) return s;
-    reference::check_arguments(a, where);
+    ::actsparse::check_arguments(a, where);
     const std::size_t nh = hidden_floats(a);
     const std::span<float> all =
         reference::detail::scratch(workspace, nh + reference::detail::row_floats(a.gate, a.up, a.down), where);
@@ -248,7 +182,7 @@ struct reference_backend {
   status run(const token_ffn_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
     constexpr std::string_view where = "reference::token_ffn";
     if (const status s = can_implement(a); !s) return s;
-    reference::check_arguments(a, where);
+    ::actsparse::check_arguments(a, where);
     const std::span<float> all = reference::detail::scratch(workspace, scratch_floats(a), where);
     if (all.empty()) return status::ok();
     const std::span<float> h = all.first(a.gate.rows);

@@ -1,0 +1,111 @@
+#pragma once
+// The argument checks of every operation in op_args.hpp, shared by all backends so that a bad
+// call gets the same clear error whichever backend runs it. Messages are built only on the
+// failing path: a valid call allocates nothing.
+
+#include <actsparse/core/error.hpp>
+#include <actsparse/core/op_args.hpp>
+#include <actsparse/core/views.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace actsparse {
+namespace detail {
+
+// A subset of n candidates: everything (no indices), or indices < n strictly increasing.
+// meaning_of_n says what n is, e.g. "w.rows".
+inline void check_subset(const subset& s, std::size_t n, std::string_view where, std::string_view argument,
+                         std::string_view meaning_of_n) {
+  if (s.all) {
+    if (!s.indices.empty()) {
+      fail(where, argument, "a subset with all = true and " + std::to_string(s.indices.size()) + " indices",
+           "subset::everything() (no indices) or subset::only(indices) (all = false)");
+    }
+    return;
+  }
+  for (std::size_t k = 0; k < s.indices.size(); ++k) {
+    const std::uint32_t j = s.indices[k];
+    if (j >= n) {
+      fail(where, std::string(argument) + ".indices[" + std::to_string(k) + "]", j,
+           "an index < " + std::to_string(n) + " (" + std::string(meaning_of_n) + ")");
+    }
+    if (k > 0 && j <= s.indices[k - 1]) {
+      fail(where, std::string(argument) + ".indices[" + std::to_string(k) + "]", j,
+           "an index > " + std::string(argument) + ".indices[" + std::to_string(k - 1) +
+               "] = " + std::to_string(s.indices[k - 1]) + " (indices strictly increasing: sorted, no duplicates)");
+    }
+  }
+}
+
+inline void check_size(std::size_t got, std::size_t want, std::string_view where, std::string_view argument,
+                       std::string_view meaning) {
+  if (got != want) {
+    fail(where, argument, got, std::to_string(want) + " (" + std::string(meaning) + ")");
+  }
+}
+
+}  // namespace detail
+
+// Argument checks, one per operation. `where` names the caller in the message.
+
+inline void check_arguments(const gemv_args& a, std::string_view where) {
+  validate(a.w, where, "w");
+  detail::check_subset(a.rows, a.w.rows, where, "rows", "w.rows");
+  detail::check_size(a.x.size(), a.w.cols, where, "x.size()", "w.cols");
+  detail::check_size(a.y.size(), a.rows.count(a.w.rows), where, "y.size()",
+                     a.rows.all ? "w.rows" : "rows.indices.size()");
+}
+
+inline void check_arguments(const transposed_linear_args& a, std::string_view where) {
+  validate(a.wt, where, "wt");
+  detail::check_subset(a.inputs, a.wt.rows, where, "inputs", "wt.rows");
+  detail::check_size(a.x.size(), a.wt.rows, where, "x.size()", "wt.rows, the inputs");
+  detail::check_size(a.y.size(), a.wt.cols, where, "y.size()", "wt.cols, the outputs");
+}
+
+inline void check_arguments(const linear_args& a, std::string_view where) {
+  validate(a.w, where, "w");
+  detail::check_subset(a.inputs, a.w.cols, where, "inputs", "w.cols");
+  detail::check_size(a.x.size(), a.w.cols, where, "x.size()", "w.cols, the inputs");
+  detail::check_size(a.y.size(), a.w.rows, where, "y.size()", "w.rows, the outputs");
+}
+
+// gate and up [d_ff × d_model], down [d_model × d_ff], with d_model = gate.cols, d_ff = gate.rows.
+inline void check_ffn_weights(const weight_view& gate, const weight_view& up, const weight_view& down,
+                              std::string_view where) {
+  validate(gate, where, "gate");
+  validate(up, where, "up");
+  validate(down, where, "down");
+  detail::check_size(up.rows, gate.rows, where, "up.rows", "d_ff = gate.rows; gate and up are [d_ff x d_model]");
+  detail::check_size(up.cols, gate.cols, where, "up.cols", "d_model = gate.cols; gate and up are [d_ff x d_model]");
+  detail::check_size(down.rows, gate.cols, where, "down.rows", "d_model = gate.cols; down is [d_model x d_ff]");
+  detail::check_size(down.cols, gate.rows, where, "down.cols", "d_ff = gate.rows; down is [d_model x d_ff]");
+}
+
+inline void check_arguments(const gated_ffn_args& a, std::string_view where) {
+  check_ffn_weights(a.gate, a.up, a.down, where);
+  const std::size_t d_model = a.gate.cols;
+  const std::size_t d_ff = a.gate.rows;
+  detail::check_subset(a.neurons, d_ff, where, "neurons", "d_ff = gate.rows");
+  detail::check_size(a.x.size(), d_model, where, "x.size()", "d_model = gate.cols");
+  detail::check_size(a.y.size(), d_model, where, "y.size()", "d_model = gate.cols");
+  if (!a.gate_act.empty()) {
+    detail::check_size(a.gate_act.size(), d_ff, where, "gate_act.size()",
+                       "d_ff = gate.rows, or 0 to compute the gate here");
+  }
+}
+
+inline void check_arguments(const token_ffn_args& a, std::string_view where) {
+  check_ffn_weights(a.gate, a.up, a.down, where);
+  validate(a.input, where, "input");
+  validate(a.residual, where, "residual");
+  detail::check_size(a.input.cols, a.gate.cols, where, "input.cols", "d_model = gate.cols");
+  detail::check_size(a.residual.cols, a.gate.cols, where, "residual.cols", "d_model = gate.cols");
+  detail::check_size(a.residual.rows, a.input.rows, where, "residual.rows", "input.rows, one residual row per token");
+  detail::check_subset(a.tokens, a.input.rows, where, "tokens", "input.rows");
+}
+
+}  // namespace actsparse
