@@ -29,7 +29,6 @@ namespace {
 
 using namespace actsparse;
 using actsparse_bench::large_dataset;
-using actsparse_bench::seconds;
 
 constexpr std::size_t rows = 11008;
 constexpr std::size_t cols = 4096;
@@ -105,14 +104,7 @@ void BM_cpu_gemv(benchmark::State& state) {
         (void)cpu.run(gemv_args{s, x, std::span<float>(y.data(), which.count(rows)), which}, {}, ex);
       }
     };
-    double t = 0.0;
-    if (state.iterations() % 2 == 0) {
-      dense_s += seconds(run_dense);
-      sparse_s += (t = seconds(run_sparse));
-    } else {
-      sparse_s += (t = seconds(run_sparse));
-      dense_s += seconds(run_dense);
-    }
+    const double t = actsparse_bench::time_pair(state.iterations(), run_dense, run_sparse, dense_s, sparse_s);
     benchmark::DoNotOptimize(y.data());
     state.SetIterationTime(t);
   }

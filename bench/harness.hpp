@@ -26,4 +26,21 @@ template <class F>
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Runs the baseline and the candidate once each, alternating which goes first from one
+// iteration to the next (neither always finds the caches the other left), adds their seconds
+// to the totals and returns the candidate's (for SetIterationTime).
+template <class Baseline, class Candidate>
+double time_pair(std::int64_t iteration, Baseline&& baseline, Candidate&& candidate, double& baseline_total,
+                 double& candidate_total) {
+  double t = 0.0;
+  if (iteration % 2 == 0) {
+    baseline_total += seconds(baseline);
+    candidate_total += (t = seconds(candidate));
+  } else {
+    candidate_total += (t = seconds(candidate));
+    baseline_total += seconds(baseline);
+  }
+  return t;
+}
+
 }  // namespace actsparse_bench

@@ -4,6 +4,7 @@
 
 #include "test_reference_support.hpp"
 
+#include <actsparse/backends/cpu/repack.hpp>
 #include <actsparse/backends/reference.hpp>
 
 #include <doctest/doctest.h>
@@ -246,6 +247,39 @@ TEST_CASE("reference token FFN matches the double oracle and leaves skipped toke
             CHECK(same_bits(got, batch.residual_row(tok)));
           }
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("reference FFNs give the same bits with W_down or its transpose down_t") {
+  std::mt19937 rng(19);
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {  // transposed exactly (no requantization)
+    const ffn_weights f = make_ffn(t, 37, 53, rng, 3);
+    const cpu::owned_weights down_t = cpu::transpose(f.down.view);
+    const std::vector<float> x = random_vector(37, rng);
+    for (const activation act : all_activations) {
+      for (const double density : {1.0, 0.4, 0.0}) {
+        INFO(label(t), " ", label(act), " density ", density);
+        const std::vector<std::uint32_t> kept = random_subset(53, density, rng);
+        const subset neurons = density == 1.0 ? subset::everything() : subset::only(kept);
+        const std::vector<float> want = run_ffn(act, f, x, neurons);
+        std::vector<float> y(37, -1.0F);
+        REQUIRE(ref.run_with_scratch(
+            gated_ffn_args{act, f.gate.view, f.up.view, weight_view{}, x, y, neurons, {}, down_t.view}));
+        CHECK(same_bits(y, want));
+        std::fill(y.begin(), y.end(), -1.0F);  // both given: either may be read, same bits
+        REQUIRE(ref.run_with_scratch(
+            gated_ffn_args{act, f.gate.view, f.up.view, f.down.view, x, y, neurons, {}, down_t.view}));
+        CHECK(same_bits(y, want));
+        const token_batch batch = make_batch(4, 37, rng);
+        const std::vector<float> tokens_want =
+            run_token_ffn(act, f, batch, neurons.all ? subset::everything() : subset::only({}));
+        token_batch other = batch;
+        REQUIRE(ref.run_with_scratch(
+            token_ffn_args{act, f.gate.view, f.up.view, weight_view{}, other.input_view(), other.residual_view(),
+                           neurons.all ? subset::everything() : subset::only({}), down_t.view}));
+        CHECK(same_bits(other.residual, tokens_want));
       }
     }
   }

@@ -160,7 +160,7 @@ TEST_CASE("reference workspace_size is the f32 scratch run() needs, exactly") {
                     matrix_view<const float>::packed(batch.data(), 3, 64),
                     matrix_view<float>::packed(residual.data(), 3, 64),
                     subset::everything()};
-  CHECK(ref.workspace_size(tk) == (96 + 96) * sizeof(float));
+  CHECK(ref.workspace_size(tk) == (96 + 96 + 64) * sizeof(float));  // h, a row, one token's output
   tk.tokens = subset::only({});
   CHECK(ref.workspace_size(tk) == 0);
   CHECK(run_with(tk, 0));  // nothing to do, no workspace needed
@@ -283,6 +283,14 @@ TEST_CASE("reference gated FFN reports every bad argument") {
   a = f.args();
   a.down.data = nullptr;
   CHECK_THROWS_WITH_AS(run(), doctest::Contains("argument 'down' is a null data pointer"), error);
+  a = f.args();
+  a.down = weight_view{};
+  CHECK_THROWS_WITH_AS(run(), doctest::Contains("argument 'down, down_t' is neither given; expected W_down"), error);
+  a.down_t = matrix_view<const float>::packed(wrong.data(), 7, 6);
+  CHECK_THROWS_WITH_AS(
+      run(), doctest::Contains("'down_t.rows' is 7; expected 6 (d_ff = gate.rows; down_t is [d_ff x d_model])"), error);
+  a.down_t = matrix_view<const float>::packed(wrong.data(), 6, 8);
+  CHECK_THROWS_WITH_AS(run(), doctest::Contains("'down_t.cols' is 8; expected 7 (d_model = gate.cols"), error);
   std::vector<std::byte> blocks(4096);
   a = f.args();
   a.gate = weight_view(blocks.data(), dtype::q4_0, 6, 7, 1000);

@@ -73,20 +73,32 @@ inline void check_arguments(const linear_args& a, std::string_view where) {
   detail::check_size(a.y.size(), a.w.rows, where, "y.size()", "w.rows, the outputs");
 }
 
-// gate and up [d_ff × d_model], down [d_model × d_ff], with d_model = gate.cols, d_ff = gate.rows.
+// gate and up [d_ff × d_model], down [d_model × d_ff] and / or down_t [d_ff × d_model] (at
+// least one of the two), with d_model = gate.cols, d_ff = gate.rows.
 inline void check_ffn_weights(const weight_view& gate, const weight_view& up, const weight_view& down,
-                              std::string_view where) {
+                              const weight_view& down_t, std::string_view where) {
   validate(gate, where, "gate");
   validate(up, where, "up");
-  validate(down, where, "down");
   detail::check_size(up.rows, gate.rows, where, "up.rows", "d_ff = gate.rows; gate and up are [d_ff x d_model]");
   detail::check_size(up.cols, gate.cols, where, "up.cols", "d_model = gate.cols; gate and up are [d_ff x d_model]");
-  detail::check_size(down.rows, gate.cols, where, "down.rows", "d_model = gate.cols; down is [d_model x d_ff]");
-  detail::check_size(down.cols, gate.rows, where, "down.cols", "d_ff = gate.rows; down is [d_model x d_ff]");
+  if (down.absent() && down_t.absent()) {
+    detail::fail_described(where, "down, down_t", "neither given",
+                           "W_down [d_model x d_ff] in down, or W_down transposed [d_ff x d_model] in down_t");
+  }
+  if (!down.absent()) {
+    validate(down, where, "down");
+    detail::check_size(down.rows, gate.cols, where, "down.rows", "d_model = gate.cols; down is [d_model x d_ff]");
+    detail::check_size(down.cols, gate.rows, where, "down.cols", "d_ff = gate.rows; down is [d_model x d_ff]");
+  }
+  if (!down_t.absent()) {
+    validate(down_t, where, "down_t");
+    detail::check_size(down_t.rows, gate.rows, where, "down_t.rows", "d_ff = gate.rows; down_t is [d_ff x d_model]");
+    detail::check_size(down_t.cols, gate.cols, where, "down_t.cols", "d_model = gate.cols; down_t is [d_ff x d_model]");
+  }
 }
 
 inline void check_arguments(const gated_ffn_args& a, std::string_view where) {
-  check_ffn_weights(a.gate, a.up, a.down, where);
+  check_ffn_weights(a.gate, a.up, a.down, a.down_t, where);
   const std::size_t d_model = a.gate.cols;
   const std::size_t d_ff = a.gate.rows;
   detail::check_subset(a.neurons, d_ff, where, "neurons", "d_ff = gate.rows");
@@ -99,7 +111,7 @@ inline void check_arguments(const gated_ffn_args& a, std::string_view where) {
 }
 
 inline void check_arguments(const token_ffn_args& a, std::string_view where) {
-  check_ffn_weights(a.gate, a.up, a.down, where);
+  check_ffn_weights(a.gate, a.up, a.down, a.down_t, where);
   validate(a.input, where, "input");
   validate(a.residual, where, "residual");
   detail::check_size(a.input.cols, a.gate.cols, where, "input.cols", "d_model = gate.cols");

@@ -52,15 +52,19 @@ struct transposed_linear_args {
 // Gated FFN: y = W_down · (act(W_gate x) ⊙ (W_up x)) over the kept neurons only.
 // `gate_act`, when not empty, holds act(W_gate x) for all d_ff neurons already computed
 // (the decode path computes the gate once, scores it, then runs the rest).
+// The down projection is given as W_down [d_model × d_ff], as W_downᵀ [d_ff × d_model]
+// (down_t: one contiguous row per neuron, what a neuron-sparse kernel reads; build it once
+// at load time with cpu::transpose), or both; at least one. Leave the other default (absent).
 struct gated_ffn_args {
   activation act = activation::silu;
   weight_view gate;          // [d_ff × d_model]
   weight_view up;            // [d_ff × d_model]
-  weight_view down;          // [d_model × d_ff]
+  weight_view down;          // [d_model × d_ff], or absent when down_t is given
   std::span<const float> x;  // d_model
   std::span<float> y;        // d_model, overwritten
   subset neurons;
-  std::span<const float> gate_act;  // optional, d_ff
+  std::span<const float> gate_act{};  // optional, d_ff
+  weight_view down_t{};               // optional W_downᵀ [d_ff × d_model]
 };
 
 // Token-sparse FFN (prefill): residual[t] += FFN(input[t]) for t in tokens; the other
@@ -69,10 +73,11 @@ struct token_ffn_args {
   activation act = activation::silu;
   weight_view gate;                // [d_ff × d_model]
   weight_view up;                  // [d_ff × d_model]
-  weight_view down;                // [d_model × d_ff]
+  weight_view down;                // [d_model × d_ff], or absent when down_t is given
   matrix_view<const float> input;  // [tokens × d_model], the FFN input (normalised)
   matrix_view<float> residual;     // [tokens × d_model], updated in place
   subset tokens;
+  weight_view down_t{};  // optional W_downᵀ [d_ff × d_model], as in gated_ffn_args
 };
 
 }  // namespace actsparse

@@ -62,6 +62,9 @@ struct weight_view {
   weight_view(matrix_view<T> v) noexcept  // NOLINT(google-explicit-constructor)
       : weight_view(matrix_view<const T>(v)) {}
 
+  // A default-constructed view: no matrix given (optional weights, such as down_t).
+  [[nodiscard]] bool absent() const noexcept { return data == nullptr && rows == 0 && cols == 0; }
+
   template <weight_storage T>
   [[nodiscard]] matrix_view<const T> as() const noexcept {
     return {static_cast<const T*>(data), rows, cols, row_stride};

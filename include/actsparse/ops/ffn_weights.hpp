@@ -14,9 +14,10 @@ namespace actsparse {
 
 struct ffn_weights {
   activation act = activation::silu;
-  weight_view gate;  // [d_ff × d_model]
-  weight_view up;    // [d_ff × d_model]
-  weight_view down;  // [d_model × d_ff]
+  weight_view gate;      // [d_ff × d_model]
+  weight_view up;        // [d_ff × d_model]
+  weight_view down;      // [d_model × d_ff], or absent when down_t is given
+  weight_view down_t{};  // optional W_downᵀ [d_ff × d_model] (what the CPU backend's sparse FFN reads)
 
   [[nodiscard]] std::size_t d_model() const noexcept { return gate.cols; }
   [[nodiscard]] std::size_t d_ff() const noexcept { return gate.rows; }

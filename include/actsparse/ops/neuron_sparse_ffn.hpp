@@ -95,7 +95,7 @@ struct neuron_sparse_ffn {
     s.scores.resize(n);
     scorer.score(input, s.scores);
     selector.select(std::span<const float>(s.scores), kept);
-    gated_ffn_args args{w.act, w.gate, w.up, w.down, x, y, subset::only(kept.indices), s.gate};
+    gated_ffn_args args{w.act, w.gate, w.up, w.down, x, y, subset::only(kept.indices), s.gate, w.down_t};
     return detail::run_op(backend, args, s.workspace, ex);
   }
 };
@@ -107,7 +107,7 @@ neuron_sparse_ffn(Scorer, Selector, score_source, Backend) -> neuron_sparse_ffn<
 template <class Backend>
 status dense_ffn(const Backend& backend, const ffn_weights& w, std::span<const float> x, std::span<float> y,
                  ffn_scratch& s, typename Backend::executor_type& ex) {
-  gated_ffn_args args{w.act, w.gate, w.up, w.down, x, y, subset::everything(), {}};
+  gated_ffn_args args{w.act, w.gate, w.up, w.down, x, y, subset::everything(), {}, w.down_t};
   return detail::run_op(backend, args, s.workspace, ex);
 }
 

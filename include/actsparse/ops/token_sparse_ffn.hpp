@@ -56,7 +56,7 @@ struct token_sparse_ffn {
       select.select(std::span<const float>(s.scores), kept);
     }
     const subset tokens_run = policy.dense ? subset::everything() : subset::only(kept.indices);
-    token_ffn_args args{w.act, w.gate, w.up, w.down, input, residual, tokens_run};
+    token_ffn_args args{w.act, w.gate, w.up, w.down, input, residual, tokens_run, w.down_t};
     return detail::run_op(backend, args, s.workspace, ex);
   }
 };

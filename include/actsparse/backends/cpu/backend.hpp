@@ -3,12 +3,13 @@
 // Highway target; exactly one translation unit of the program defines them by including
 // actsparse/backends/cpu/implementation.hpp with ACTSPARSE_CPU_IMPLEMENTATION defined.
 //
-// Built so far: dense and row-gather GEMV for f32, f16 and bf16 weights, on any number of
-// threads (cpu/executor.hpp). Everything else (q8_0 / q4_0, row-axpy, the fused decode FFN)
-// answers "not handled", so an
+// Operations: dense and row-gather GEMV (gemv_args), the input-sparse linear over a
+// transposed weight (transposed_linear_args, a row axpy), and the gated FFN for decode, dense
+// or neuron-sparse (gated_ffn_args). What it does not handle answers "not handled", so an
 // engine or the ops layer falls back to another backend.
 
 #include <actsparse/backends/cpu/executor.hpp>
+#include <actsparse/core/activation.hpp>
 #include <actsparse/core/check_args.hpp>
 #include <actsparse/core/concepts.hpp>
 #include <actsparse/core/error.hpp>
@@ -38,11 +39,53 @@ void dispatch_axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::s
 // the reference bit for bit). Defined by implementation.hpp.
 bool dispatch_fused_multiply_add();
 
-// Output columns per task of the transposed (input-sparse) linear.
-inline constexpr std::size_t axpy_columns_per_task = 512;
-
 // Rows per task: the fixed work partition (results do not depend on how tasks are run).
 inline constexpr std::size_t gemv_rows_per_task = 64;
+
+// y[k] = W[row_k, :]·x for k < count, on the executor's threads (fixed 64-row tasks).
+template <class Executor>
+void gemv_all_rows(const weight_view& w, const std::uint32_t* rows, std::size_t count, const float* x, float* y,
+                   const Executor& ex) {
+  const std::size_t tasks = (count + gemv_rows_per_task - 1) / gemv_rows_per_task;
+  ex.parallel_for(tasks, [&](std::size_t t) {
+    const std::size_t begin = t * gemv_rows_per_task;
+    const std::size_t end = begin + gemv_rows_per_task < count ? begin + gemv_rows_per_task : count;
+    dispatch_gemv_rows(w, rows, begin, end, x, y);
+  });
+}
+
+// Output columns of the row axpy are cut into one task per thread, on multiples of this
+// (long contiguous runs per row for the prefetchers; a multiple of every block size). Each
+// output is the same fma chain whichever task computes it, so the cut never changes a bit.
+inline constexpr std::size_t axpy_column_quantum = 64;
+
+// [begin, end) of output columns for task t of `tasks` over `out` columns.
+struct column_range {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+[[nodiscard]] constexpr std::size_t axpy_task_count(std::size_t out, std::size_t threads) noexcept {
+  const std::size_t quanta = (out + axpy_column_quantum - 1) / axpy_column_quantum;
+  return quanta < threads ? quanta : threads;
+}
+[[nodiscard]] constexpr column_range axpy_task_columns(std::size_t out, std::size_t tasks, std::size_t t) noexcept {
+  const std::size_t quanta = (out + axpy_column_quantum - 1) / axpy_column_quantum;
+  const std::size_t b = quanta * t / tasks * axpy_column_quantum;
+  const std::size_t e = quanta * (t + 1) / tasks * axpy_column_quantum;
+  return {b < out ? b : out, e < out ? e : out};
+}
+
+// y[c] = Σ_k coef[row_k]·Wt[row_k, c] over every output column, on the executor's threads.
+template <class Executor>
+void axpy_all_columns(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef, float* y,
+                      const Executor& ex) {
+  const std::size_t out = wt.cols;
+  const std::size_t tasks = axpy_task_count(out, ex.concurrency());
+  ex.parallel_for(tasks, [&](std::size_t t) {
+    const column_range c = axpy_task_columns(out, tasks, t);
+    dispatch_axpy_rows(wt, rows, count, coef, c.begin, c.end, y);
+  });
+}
 
 [[nodiscard]] constexpr bool handles_gemv(dtype t) noexcept {
   return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
@@ -72,14 +115,7 @@ struct cpu_backend {
     constexpr std::string_view where = "cpu::transposed_linear";
     check_arguments(a, where);
     const std::uint32_t* rows = a.inputs.all ? nullptr : a.inputs.indices.data();
-    const std::size_t count = a.inputs.count(a.wt.rows);
-    const std::size_t out = a.wt.cols;
-    const std::size_t tasks = (out + cpu::axpy_columns_per_task - 1) / cpu::axpy_columns_per_task;
-    ex.parallel_for(tasks, [&](std::size_t t) {
-      const std::size_t begin = t * cpu::axpy_columns_per_task;
-      const std::size_t end = begin + cpu::axpy_columns_per_task < out ? begin + cpu::axpy_columns_per_task : out;
-      cpu::dispatch_axpy_rows(a.wt, rows, count, a.x.data(), begin, end, a.y.data());
-    });
+    cpu::axpy_all_columns(a.wt, rows, a.inputs.count(a.wt.rows), a.x.data(), a.y.data(), ex);
     return status::ok();
   }
 
@@ -87,19 +123,88 @@ struct cpu_backend {
     if (const status s = can_implement(a); !s) return s;
     constexpr std::string_view where = "cpu::gemv";
     check_arguments(a, where);
-    const std::uint32_t* rows = a.rows.all ? nullptr : a.rows.indices.data();
-    const std::size_t out = a.rows.count(a.w.rows);
-    const std::size_t tasks = (out + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
+    cpu::gemv_all_rows(a.w, a.rows.all ? nullptr : a.rows.indices.data(), a.rows.count(a.w.rows), a.x.data(),
+                       a.y.data(), ex);
+    return status::ok();
+  }
+  // --- y = W_down (act(W_gate x) ⊙ W_up x) over the kept neurons ----------------------------
+  // Phase 1, on row tasks: u_k = W_up[j_k, :]·x for the kept neurons (a row gather; all rows
+  // when dense), g_k likewise unless gate_act is given, h_j = act(g_j)·u_j. Phase 2, on
+  // column tasks: y = Σ_k h_{j_k}·down_t[j_k, :] (a row axpy: one contiguous row per kept
+  // neuron), or, dense with only W_down given, y = W_down·h (a GEMV). The neuron-sparse path
+  // needs down_t; keep-all equals dense bit for bit because both run the same row kernels.
+  [[nodiscard]] status can_implement(const gated_ffn_args& a) const noexcept {
+    if (!cpu::handles_gemv(a.gate.type) || !cpu::handles_gemv(a.up.type)) {
+      return status::not_handled("cpu: gate / up dtype not handled");
+    }
+    if (!a.down_t.absent() && !cpu::handles_gemv(a.down_t.type)) return status::not_handled("cpu: down_t dtype");
+    if (a.down_t.absent() && !a.down.absent() && !cpu::handles_gemv(a.down.type)) {
+      return status::not_handled("cpu: down dtype not handled");
+    }
+    if (a.down_t.absent() && !a.neurons.all) {
+      return status::not_handled(
+          "cpu: the neuron-sparse FFN reads one row of W_down transposed per kept neuron: pass down_t "
+          "(cpu::transpose(down) once at load time)");
+    }
+    return status::ok();
+  }
+  // f32 scratch: u and g of the kept neurons, h for all d_ff neurons.
+  [[nodiscard]] std::size_t workspace_size(const gated_ffn_args& a) const noexcept {
+    return ffn_scratch_floats(a) * sizeof(float);
+  }
+  status run(const gated_ffn_args& a, std::span<std::byte> workspace, executor_type& ex) const {
+    if (const status s = can_implement(a); !s) return s;
+    if (ex.splits_work()) {
+      return status::not_handled(
+          "cpu: the gated FFN needs a barrier between its two phases; with executor::split run it as a "
+          "gemv_args (up rows) and a transposed_linear_args (down_t) with the engine's barrier between");
+    }
+    constexpr std::string_view where = "cpu::gated_ffn";
+    check_arguments(a, where);
+    const std::size_t d_ff = a.gate.rows;
+    const std::size_t count = a.neurons.count(d_ff);
+    const std::size_t need = ffn_scratch_floats(a);
+    if (workspace.size() < need * sizeof(float) ||
+        reinterpret_cast<std::uintptr_t>(workspace.data()) % alignof(float) != 0) {
+      detail::fail(
+          where, "workspace.size()", workspace.size(),
+          "at least " + std::to_string(need * sizeof(float)) + " bytes (workspace_size(args)), aligned to 4 bytes");
+    }
+    float* const u = reinterpret_cast<float*>(workspace.data());
+    float* const g = u + count;
+    const bool gate_given = !a.gate_act.empty();
+    float* const h = gate_given ? g : g + count;  // h[j] for every neuron j (d_ff)
+    const std::uint32_t* rows = a.neurons.all ? nullptr : a.neurons.indices.data();
+    const bool sparse_down = !a.down_t.absent();
+    const std::size_t tasks = (count + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
     ex.parallel_for(tasks, [&](std::size_t t) {
       const std::size_t begin = t * cpu::gemv_rows_per_task;
-      const std::size_t end = begin + cpu::gemv_rows_per_task < out ? begin + cpu::gemv_rows_per_task : out;
-      cpu::dispatch_gemv_rows(a.w, rows, begin, end, a.x.data(), a.y.data());
+      const std::size_t end = begin + cpu::gemv_rows_per_task < count ? begin + cpu::gemv_rows_per_task : count;
+      cpu::dispatch_gemv_rows(a.up, rows, begin, end, a.x.data(), u);
+      if (!gate_given) cpu::dispatch_gemv_rows(a.gate, rows, begin, end, a.x.data(), g);
+      for (std::size_t k = begin; k < end; ++k) {
+        const std::size_t j = rows != nullptr ? rows[k] : k;
+        const float act = gate_given ? a.gate_act[j] : apply(a.act, g[k]);
+        h[j] = act * u[k];
+      }
     });
+    if (sparse_down) {
+      cpu::axpy_all_columns(a.down_t, rows, count, h, a.y.data(), ex);
+    } else {  // dense, W_down only: y = W_down·h
+      cpu::gemv_all_rows(a.down, nullptr, a.down.rows, h, a.y.data(), ex);
+    }
     return status::ok();
+  }
+
+ private:
+  static std::size_t ffn_scratch_floats(const gated_ffn_args& a) noexcept {
+    const std::size_t count = a.neurons.count(a.gate.rows);
+    return count * (a.gate_act.empty() ? 2 : 1) + a.gate.rows;
   }
 };
 
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, gemv_args);
+ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, gated_ffn_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, transposed_linear_args);
 
 }  // namespace actsparse

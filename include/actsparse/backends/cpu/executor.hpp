@@ -127,7 +127,13 @@ class executor {
     return e;
   }
 
-  [[nodiscard]] std::size_t concurrency() const noexcept { return pool_ != nullptr ? pool_->concurrency() : 1; }
+  // Threads that run a job's tasks (for split: the engine's nth).
+  [[nodiscard]] std::size_t concurrency() const noexcept {
+    return pool_ != nullptr ? pool_->concurrency() : split_.count;
+  }
+  // Whether this thread runs only its share of each job: then a kernel whose second phase
+  // reads the first phase's output needs the engine's barrier between two calls.
+  [[nodiscard]] bool splits_work() const noexcept { return pool_ == nullptr && split_.count > 1; }
 
   template <class F>
   void parallel_for(std::size_t n, F&& task) const {

@@ -73,9 +73,8 @@ namespace detail {
   return {reinterpret_cast<float*>(workspace.data()), floats};
 }
 
-[[nodiscard]] inline std::size_t row_floats(const weight_view& a, const weight_view& b, const weight_view& c) noexcept {
-  return std::max({a.cols, b.cols, c.cols});
-}
+// One dequantized row of any FFN weight: max(d_model, d_ff) values.
+[[nodiscard]] inline std::size_t row_floats(const weight_view& gate) noexcept { return std::max(gate.cols, gate.rows); }
 
 }  // namespace detail
 
@@ -146,11 +145,11 @@ struct reference_backend {
 
   // --- y = W_down (act(W_gate x) ⊙ W_up x) over the kept neurons ----------------------------
   [[nodiscard]] status can_implement(const gated_ffn_args& a) const noexcept {
-    return ffn_status(a.act, a.gate, a.up, a.down);
+    return ffn_status(a.act, a.gate, a.up, a.down, a.down_t);
   }
   // The kept neurons' hidden values, plus one dequantized row of max(d_model, d_ff) values.
   [[nodiscard]] std::size_t workspace_size(const gated_ffn_args& a) const noexcept {
-    return (hidden_floats(a) + reference::detail::row_floats(a.gate, a.up, a.down)) * sizeof(float);
+    return (hidden_floats(a) + reference::detail::row_floats(a.gate)) * sizeof(float);
   }
   status run(const gated_ffn_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
     constexpr std::string_view where = "reference::gated_ffn";
@@ -158,10 +157,10 @@ struct reference_backend {
     ::actsparse::check_arguments(a, where);
     const std::size_t nh = hidden_floats(a);
     const std::span<float> all =
-        reference::detail::scratch(workspace, nh + reference::detail::row_floats(a.gate, a.up, a.down), where);
+        reference::detail::scratch(workspace, nh + reference::detail::row_floats(a.gate), where);
     const std::span<float> h = all.first(nh);
     const std::span<float> row = all.subspan(nh);
-    const reference::gated_weights f{a.act, a.gate, a.up, a.down};
+    const reference::gated_weights f{a.act, a.gate, a.up, a.down, a.down_t};
     if (a.neurons.all) {
       reference::dense_gated_ffn(f, a.x, a.gate_act, a.y, h, row);
     } else {
@@ -172,10 +171,10 @@ struct reference_backend {
 
   // --- residual[t] += FFN(input[t]) for the kept tokens -------------------------------------
   [[nodiscard]] status can_implement(const token_ffn_args& a) const noexcept {
-    return ffn_status(a.act, a.gate, a.up, a.down);
+    return ffn_status(a.act, a.gate, a.up, a.down, a.down_t);
   }
-  // One token's hidden values (d_ff), plus one dequantized row of max(d_model, d_ff) values;
-  // nothing when no token is kept.
+  // One token's hidden values (d_ff), one dequantized row of max(d_model, d_ff) values and
+  // the token's FFN output (d_model); nothing when no token is kept.
   [[nodiscard]] std::size_t workspace_size(const token_ffn_args& a) const noexcept {
     return scratch_floats(a) * sizeof(float);
   }
@@ -186,8 +185,9 @@ struct reference_backend {
     const std::span<float> all = reference::detail::scratch(workspace, scratch_floats(a), where);
     if (all.empty()) return status::ok();
     const std::span<float> h = all.first(a.gate.rows);
-    const std::span<float> row = all.subspan(a.gate.rows);
-    reference::token_sparse_ffn({a.act, a.gate, a.up, a.down}, a.input, a.residual, a.tokens, h, row);
+    const std::span<float> row = all.subspan(a.gate.rows, reference::detail::row_floats(a.gate));
+    const std::span<float> y = all.subspan(a.gate.rows + row.size());
+    reference::token_sparse_ffn({a.act, a.gate, a.up, a.down, a.down_t}, a.input, a.residual, a.tokens, h, row, y);
     return status::ok();
   }
 
@@ -201,9 +201,10 @@ struct reference_backend {
 
  private:
   static constexpr status ffn_status(activation act, const weight_view& gate, const weight_view& up,
-                                     const weight_view& down) noexcept {
+                                     const weight_view& down, const weight_view& down_t) noexcept {
     if (!reference::handles(act)) return status::not_handled("reference: unknown activation");
-    if (!reference::handles(gate.type) || !reference::handles(up.type) || !reference::handles(down.type)) {
+    if (!reference::handles(gate.type) || !reference::handles(up.type) || !reference::handles(down.type) ||
+        !reference::handles(down_t.type)) {
       return status::not_handled("reference: unknown weight dtype");
     }
     return status::ok();
@@ -216,7 +217,7 @@ struct reference_backend {
   static constexpr std::size_t hidden_floats(const gated_ffn_args& a) noexcept { return a.neurons.count(a.gate.rows); }
   static std::size_t scratch_floats(const token_ffn_args& a) noexcept {
     if (a.tokens.count(a.input.rows) == 0) return 0;
-    return a.gate.rows + reference::detail::row_floats(a.gate, a.up, a.down);
+    return a.gate.rows + reference::detail::row_floats(a.gate) + a.gate.cols;
   }
 };
 

@@ -102,12 +102,14 @@ inline void transposed_linear(const weight_view& wt, const subset& inputs, std::
   }
 }
 
-// The weights of one gated FFN: gate and up [d_ff × d_model], down [d_model × d_ff].
+// The weights of one gated FFN: gate and up [d_ff × d_model], and the down projection as
+// down [d_model × d_ff] or, when down is absent, as down_t = downᵀ [d_ff × d_model].
 struct gated_weights {
   activation act = activation::silu;
   weight_view gate;
   weight_view up;
   weight_view down;
+  weight_view down_t{};
 
   [[nodiscard]] std::size_t d_model() const noexcept { return gate.cols; }
   [[nodiscard]] std::size_t d_ff() const noexcept { return gate.rows; }
@@ -133,12 +135,35 @@ inline void sparse_hidden(const gated_weights& f, std::span<const std::uint32_t>
   for (std::size_t k = 0; k < neurons.size(); ++k) h[k] = hidden(f, neurons[k], x, gate_act, row);
 }
 
+// The down projection y = Σ_{k} W_down[:, j_k]·h[k], j_k = neurons ? neurons[k] : k, written as
+// y[i] = Σ_k W_down[i, j_k]·h[k], k ascending from +0: the same chain whether W_down is read by
+// rows (down) or its transpose by rows (down_t). Scratch: row holds max(d_model, d_ff) values.
+inline void down_projection(const gated_weights& f, const std::uint32_t* neurons, std::span<const float> h,
+                            std::span<float> y, std::span<float> row) noexcept {
+  if (!f.down.absent()) {
+    const std::span<float> r = row.first(f.down.cols);
+    for (std::size_t i = 0; i < f.down.rows; ++i) {
+      dequantize_row(f.down, i, r);
+      float acc = 0.0F;
+      for (std::size_t k = 0; k < h.size(); ++k) acc = madd(r[neurons != nullptr ? neurons[k] : k], h[k], acc);
+      y[i] = acc;
+    }
+    return;
+  }
+  const std::span<float> r = row.first(f.down_t.cols);
+  for (float& v : y) v = 0.0F;
+  for (std::size_t k = 0; k < h.size(); ++k) {
+    dequantize_row(f.down_t, neurons != nullptr ? neurons[k] : k, r);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = madd(r[i], h[k], y[i]);
+  }
+}
+
 // Dense gated FFN: y = W_down h, y[i] = Σ_j W_down[i, j]·h[j], j ascending. Scratch: row holds
 // max(d_model, d_ff) values, h holds d_ff.
 inline void dense_gated_ffn(const gated_weights& f, std::span<const float> x, std::span<const float> gate_act,
                             std::span<float> y, std::span<float> h, std::span<float> row) noexcept {
   dense_hidden(f, x, gate_act, h, row);
-  for (std::size_t i = 0; i < f.down.rows; ++i) y[i] = row_dot(f.down, i, h, row);
+  down_projection(f, nullptr, h, y, row);
 }
 
 // Neuron-sparse gated FFN: y = Σ_{j ∈ neurons} W_down[:, j]·h_j, computed per output as
@@ -148,25 +173,22 @@ inline void neuron_sparse_gated_ffn(const gated_weights& f, std::span<const std:
                                     std::span<const float> x, std::span<const float> gate_act, std::span<float> y,
                                     std::span<float> h, std::span<float> row) noexcept {
   sparse_hidden(f, neurons, x, gate_act, h, row);
-  const std::span<float> r = row.first(f.down.cols);
-  for (std::size_t i = 0; i < f.down.rows; ++i) {
-    dequantize_row(f.down, i, r);
-    y[i] = dot_kept_compact(r, h, neurons);
-  }
+  down_projection(f, neurons.data(), h, y, row);
 }
 
 // Token-sparse FFN: residual[t, :] += FFN(input[t, :]) for t in tokens (a dense FFN per
 // token); the other rows are not touched. residual[t, i] + y_i is one f32 addition of the
-// dense_gated_ffn output. Scratch: row holds max(d_model, d_ff) values, h holds d_ff.
+// dense_gated_ffn output. Scratch: row holds max(d_model, d_ff) values, h holds d_ff, y holds
+// d_model.
 inline void token_sparse_ffn(const gated_weights& f, matrix_view<const float> input, matrix_view<float> residual,
-                             subset tokens, std::span<float> h, std::span<float> row) noexcept {
+                             subset tokens, std::span<float> h, std::span<float> row, std::span<float> y) noexcept {
   const std::size_t n = tokens.count(input.rows);
   for (std::size_t k = 0; k < n; ++k) {
     const std::size_t t = tokens.all ? k : tokens.indices[k];
     const std::span<const float> x(input.row(t), input.cols);
     const std::span<float> out(residual.row(t), residual.cols);
-    dense_hidden(f, x, {}, h, row);
-    for (std::size_t i = 0; i < f.down.rows; ++i) out[i] = out[i] + row_dot(f.down, i, h, row);
+    dense_gated_ffn(f, x, {}, y, h, row);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = out[i] + y[i];
   }
 }
 

@@ -1,0 +1,230 @@
+// The CPU backend's decode FFN (Highway, dynamic dispatch), dense and neuron-sparse with
+// exact gating, at the Llama-2-7B (d_model 4096, d_ff 11008) and Qwen2.5-3B (2048, 11008)
+// shapes, at 1 and 2 threads, against the read bandwidth measured in the same process.
+//
+// A sparse step is the whole decode FFN an engine runs: gate GEMV (dense) → activation →
+// scorer → selector → up row gather → down row axpy over W_downᵀ (neuron_sparse_ffn). The
+// random set is top_k by count of |act(g)| (random weights: a random set); the clustered set
+// is runs of 64 neighbouring neurons (what a predictor that co-locates co-active neurons
+// gives). Dense is dense_ffn with the same weights, interleaved in the same iterations.
+// Several layers are cycled so that no weight byte comes from the L3.
+//
+// Counters on every row:
+//   gbps           weight bytes that must be read / time (1e9 bytes per GB): the whole gate,
+//                  and the kept rows of up and down
+//   speedup        dense time / this time (dense measured in the same iterations)
+//   ideal          3 / (1 + 2a): the bytes of dense over the bytes of this step
+//   pct_of_ideal   speedup / ideal
+//   kept           a, the fraction of neurons kept
+//   pct_of_stream  on dense rows: gbps / the read bandwidth measured at the same thread count
+#define ACTSPARSE_CPU_IMPLEMENTATION
+#include <actsparse/backends/cpu/implementation.hpp>
+
+#include "harness.hpp"
+#include "read_bandwidth.hpp"
+
+#include <actsparse/backends/cpu/backend.hpp>
+#include <actsparse/core/quantize.hpp>
+#include <actsparse/ops/neuron_sparse_ffn.hpp>
+#include <actsparse/scorers/magnitude.hpp>
+#include <actsparse/selectors/top_k.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace actsparse;
+using actsparse_bench::large_dataset;
+
+struct shape {
+  const char* label;
+  std::size_t d_model;
+  std::size_t d_ff;
+};
+constexpr shape llama2_7b{"7b", 4096, 11008};
+constexpr shape qwen25_3b{"3b", 2048, 11008};
+
+template <class T>
+struct layer {
+  std::vector<T> gate, up, down_t;  // [d_ff × d_model] each
+};
+
+template <class T>
+struct layers {
+  std::vector<layer<T>> l;
+};
+
+template <class T>
+std::vector<T> random_matrix(std::size_t rows, std::size_t cols, float scale, std::uint64_t seed) {
+  const std::vector<float> v = actsparse_bench::random_floats(rows * cols, scale, seed);
+  std::vector<T> out(rows * cols / block_values(dtype_traits<T>::type));
+  for (std::size_t r = 0; r < rows; ++r)
+    quantize_row(v.data() + r * cols, out.data() + r * cols / block_values(dtype_traits<T>::type), cols);
+  return out;
+}
+
+template <class T>
+std::size_t matrix_bytes(const shape& s) {
+  return row_bytes(dtype_traits<T>::type, s.d_model) * s.d_ff;
+}
+
+// Enough layers (at least 3) that one pass over them streams past the last-level cache.
+template <class T>
+const layers<T>& weights(const shape& s) {
+  const std::string key = std::string("cpu_ffn/") + std::string(name(dtype_traits<T>::type)) + "/" + s.label;
+  return large_dataset::get<layers<T>>(key, [&] {
+    const std::size_t one = 3 * matrix_bytes<T>(s);
+    const std::size_t count = std::max<std::size_t>(3, (actsparse_bench::streaming_bytes() + one - 1) / one);
+    layer<T> first;
+    first.gate = random_matrix<T>(s.d_ff, s.d_model, 1.0F / std::sqrt(static_cast<float>(s.d_model)), 1);
+    first.up = random_matrix<T>(s.d_ff, s.d_model, 1.0F / std::sqrt(static_cast<float>(s.d_model)), 2);
+    first.down_t = random_matrix<T>(s.d_ff, s.d_model, 1.0F / std::sqrt(static_cast<float>(s.d_ff)), 3);
+    layers<T> out;
+    out.l.assign(count, first);  // copies: distinct memory, same values
+    return out;
+  });
+}
+
+template <class T>
+ffn_weights view_of(const layer<T>& l, const shape& s) {
+  const auto m = [&](const std::vector<T>& v) {
+    return weight_view(v.data(), dtype_traits<T>::type, s.d_ff, s.d_model, row_bytes(dtype_traits<T>::type, s.d_model));
+  };
+  return {activation::silu, m(l.gate), m(l.up), weight_view{}, m(l.down_t)};
+}
+
+// A selector that keeps a fixed set (the clustered sets): the scores are ignored.
+struct fixed_set {
+  std::vector<std::uint32_t> set;
+  void select(std::span<const float> scores, selection& out) const {
+    out.universe = scores.size();
+    out.indices.assign(set.begin(), set.end());
+  }
+};
+
+// Runs of 64 neighbouring neurons, a fraction a of them, at random places.
+std::vector<std::uint32_t> clustered(std::size_t d_ff, double a, std::uint64_t seed) {
+  constexpr std::size_t run = 64;
+  const std::size_t runs = d_ff / run;
+  std::vector<std::uint32_t> order(runs);
+  for (std::size_t i = 0; i < runs; ++i) order[i] = static_cast<std::uint32_t>(i);
+  std::mt19937_64 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  const auto take = static_cast<std::size_t>(std::lround(a * static_cast<double>(runs)));
+  std::vector<std::uint32_t> out;
+  for (std::size_t i = 0; i < take; ++i) {
+    for (std::size_t j = 0; j < run; ++j) out.push_back(static_cast<std::uint32_t>(order[i] * run + j));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+enum class set_kind { dense, random, clustered };
+
+template <class T, set_kind Kind>
+void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads) {
+  const layers<T>& w = weights<T>(s);
+  const std::vector<float> x = actsparse_bench::random_floats(s.d_model, 1.0F, 7);
+  std::vector<float> y(s.d_model);
+  std::vector<float> y_dense(s.d_model);
+  cpu::thread_pool pool(threads);
+  cpu::executor ex(pool);
+  const cpu_backend cpu;
+  const auto k = static_cast<std::size_t>(std::lround(a * static_cast<double>(s.d_ff)));
+  const neuron_sparse_ffn random_op{magnitude{}, top_k::by_count(k), score_source::gate_activation, cpu};
+  const neuron_sparse_ffn clustered_op{magnitude{}, fixed_set{clustered(s.d_ff, a, 11)}, score_source::gate_activation,
+                                       cpu};
+  ffn_scratch scratch;
+  ffn_scratch dense_scratch;
+  selection kept;
+  std::size_t next = 0;
+  double dense_s = 0.0;
+  double sparse_s = 0.0;
+  bool ok = true;
+  for (auto _ : state) {
+    const ffn_weights d = view_of(w.l[next], s);
+    const ffn_weights sp = view_of(w.l[(next + 1) % w.l.size()], s);
+    next = (next + 2) % w.l.size();
+    const auto run_dense = [&] { ok = dense_ffn(cpu, d, x, y_dense, dense_scratch, ex) && ok; };
+    const auto run_sparse = [&] {
+      if constexpr (Kind == set_kind::dense) {
+        ok = dense_ffn(cpu, sp, x, y, scratch, ex) && ok;
+      } else if constexpr (Kind == set_kind::random) {
+        ok = random_op(sp, x, y, kept, scratch, ex) && ok;
+      } else {
+        ok = clustered_op(sp, x, y, kept, scratch, ex) && ok;
+      }
+    };
+    const double t = actsparse_bench::time_pair(state.iterations(), run_dense, run_sparse, dense_s, sparse_s);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::DoNotOptimize(y_dense.data());
+    state.SetIterationTime(t);
+  }
+  if (!ok) {
+    state.SkipWithError("the CPU backend did not handle this configuration");
+    return;
+  }
+  const double kept_fraction =
+      Kind == set_kind::dense ? 1.0 : static_cast<double>(kept.indices.size()) / static_cast<double>(s.d_ff);
+  const double n = static_cast<double>(state.iterations());
+  const double m = static_cast<double>(matrix_bytes<T>(s));
+  const double read = m * (1.0 + 2.0 * kept_fraction);
+  const double gbps = read * n / sparse_s / 1e9;
+  const double speedup = dense_s / sparse_s;
+  const double ideal = 3.0 / (1.0 + 2.0 * kept_fraction);
+  state.counters["gbps"] = gbps;
+  state.counters["speedup"] = speedup;
+  state.counters["ideal"] = ideal;
+  state.counters["pct_of_ideal"] = speedup / ideal;
+  state.counters["kept"] = kept_fraction;
+  if (Kind == set_kind::dense) {
+    state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, static_cast<unsigned>(threads));
+  }
+}
+
+constexpr double activities[] = {1.0, 0.8, 0.6, 0.4, 0.2, 0.1, 0.05};
+constexpr double clustered_activities[] = {0.4, 0.1};
+
+template <class T>
+void register_dtype(const shape& s, std::size_t threads) {
+  const std::string base = std::string("cpu_ffn/") + std::string(name(dtype_traits<T>::type)) + "/" + s.label + "/t" +
+                           std::to_string(threads) + "/";
+  const auto common = [](benchmark::internal::Benchmark* b) {
+    b->UseManualTime()->MinTime(0.3)->Unit(benchmark::kMillisecond);
+  };
+  common(benchmark::RegisterBenchmark((base + "dense").c_str(), BM_cpu_ffn<T, set_kind::dense>, s, 1.0, threads));
+  char label[32];
+  for (const double a : activities) {
+    std::snprintf(label, sizeof label, "random_a%.2f", a);
+    common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::random>, s, a, threads));
+  }
+  for (const double a : clustered_activities) {
+    std::snprintf(label, sizeof label, "clustered_a%.2f", a);
+    common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::clustered>, s, a, threads));
+  }
+}
+
+void register_all() {
+  for (const std::size_t threads : {1U, 2U}) {
+    for (const shape& s : {llama2_7b, qwen25_3b}) {
+      register_dtype<float>(s, threads);
+      register_dtype<f16>(s, threads);
+      register_dtype<bf16>(s, threads);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  return actsparse_bench::run_benchmarks_with_read_bandwidth(argc, argv);
+}

@@ -1,0 +1,194 @@
+// The CPU backend's gated FFN (decode: dense and neuron-sparse) against the double oracle and
+// the reference backend, on every compiled Highway target.
+#include "cpu_test_support.hpp"
+#include "test_reference_support.hpp"
+
+#include <actsparse/backends/cpu/backend.hpp>
+#include <actsparse/backends/cpu/repack.hpp>
+#include <actsparse/backends/reference.hpp>
+#include <actsparse/ops/neuron_sparse_ffn.hpp>
+#include <actsparse/scorers/magnitude.hpp>
+#include <actsparse/selectors/top_k.hpp>
+
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace actsparse;
+using namespace reference_test;
+using cpu_test::for_each_target;
+
+namespace {
+
+struct cpu_ffn_weights {
+  test_weights gate, up, down;
+  cpu::owned_weights down_t;
+};
+
+cpu_ffn_weights make_cpu_ffn(dtype t, std::size_t d_model, std::size_t d_ff, std::mt19937& rng) {
+  test_weights gate = make_weights(t, d_ff, d_model, rng, 3);  // padded rows: strided views
+  test_weights up = make_weights(t, d_ff, d_model, rng, 3);
+  test_weights down = make_weights(t, d_model, d_ff, rng, 3);
+  cpu::owned_weights down_t = cpu::transpose(down.view);
+  return {std::move(gate), std::move(up), std::move(down), std::move(down_t)};
+}
+
+gated_ffn_args args_of(const cpu_ffn_weights& f, activation act, std::span<const float> x, std::span<float> y,
+                       subset neurons, std::span<const float> gate_act = {}) {
+  return {act, f.gate.view, f.up.view, weight_view{}, x, y, neurons, gate_act, f.down_t.view};
+}
+
+std::vector<float> run_cpu(const gated_ffn_args& a, cpu::executor ex = {}) {
+  const cpu_backend cpu;
+  std::vector<float> y(a.y.size(), std::numeric_limits<float>::quiet_NaN());
+  gated_ffn_args b = a;
+  b.y = y;
+  std::vector<float> workspace((cpu.workspace_size(b) + sizeof(float) - 1) / sizeof(float));
+  const status s = cpu.run(b, std::as_writable_bytes(std::span<float>(workspace)), ex);
+  REQUIRE_MESSAGE(s, std::string(s.reason));
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("cpu gated FFN matches the double oracle on every target, dense and neuron-sparse") {
+  std::mt19937 rng(41);
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
+    for (const auto [d_model, d_ff] : {std::array<std::size_t, 2>{37, 53}, {64, 200}, {130, 300}}) {
+      const cpu_ffn_weights f = make_cpu_ffn(t, d_model, d_ff, rng);
+      const std::vector<float> x = random_vector(d_model, rng);
+      std::vector<float> y(d_model);
+      for (const activation act : {activation::silu, activation::gelu, activation::relu}) {
+        for (const double density : {1.0, 0.6, 0.1, 0.0}) {
+          const std::vector<std::uint32_t> kept = random_subset(d_ff, density, rng);
+          const subset neurons = density == 1.0 ? subset::everything() : subset::only(kept);
+          const oracle want = ffn_oracle(act, f.gate.values, f.up.values, f.down.values, x, neurons);
+          for_each_target([&] {
+            INFO(name(t), " ", name(act), " d_model ", d_model, " d_ff ", d_ff, " density ", density);
+            check_within(run_cpu(args_of(f, act, x, y, neurons)), want);
+          });
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu gated FFN: keep-all equals dense bit for bit, a given gate equals a computed one") {
+  std::mt19937 rng(42);
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
+    const cpu_ffn_weights f = make_cpu_ffn(t, 70, 333, rng);
+    const std::vector<float> x = random_vector(70, rng);
+    std::vector<float> y(70);
+    const std::vector<std::uint32_t> all = all_indices(333);
+    const std::vector<std::uint32_t> kept = random_subset(333, 0.3, rng);
+    for_each_target([&] {
+      INFO(name(t));
+      const auto dense = run_cpu(args_of(f, activation::silu, x, y, subset::everything()));
+      CHECK(same_bits(run_cpu(args_of(f, activation::silu, x, y, subset::only(all))), dense));
+      // The ops layer computes act(W_gate x) with this backend's GEMV and passes it in.
+      const cpu_backend cpu;
+      std::vector<float> gate_act(333);
+      cpu::executor ex;
+      REQUIRE(cpu.run(gemv_args{f.gate.view, x, gate_act, subset::everything()}, {}, ex));
+      for (float& v : gate_act) v = apply(activation::silu, v);
+      CHECK(same_bits(run_cpu(args_of(f, activation::silu, x, y, subset::everything(), gate_act)), dense));
+      CHECK(same_bits(run_cpu(args_of(f, activation::silu, x, y, subset::only(kept), gate_act)),
+                      run_cpu(args_of(f, activation::silu, x, y, subset::only(kept)))));
+    });
+  }
+}
+
+TEST_CASE("cpu gated FFN: W_down instead of down_t for dense, same result within the bound") {
+  std::mt19937 rng(43);
+  const cpu_ffn_weights f = make_cpu_ffn(dtype::bf16, 48, 100, rng);
+  const std::vector<float> x = random_vector(48, rng);
+  std::vector<float> y(48);
+  gated_ffn_args a = args_of(f, activation::gelu, x, y, subset::everything());
+  a.down = f.down.view;
+  a.down_t = weight_view{};
+  check_within(run_cpu(a), ffn_oracle(activation::gelu, f.gate.values, f.up.values, f.down.values, x, a.neurons));
+  // Neuron-sparse needs one row per kept neuron: without down_t the backend declines.
+  const std::array<std::uint32_t, 2> two{3, 9};
+  a.neurons = subset::only(two);
+  const cpu_backend cpu;
+  CHECK_FALSE(cpu.can_implement(a));
+  CHECK(std::string(cpu.can_implement(a).reason).find("pass down_t") != std::string::npos);
+}
+
+TEST_CASE("cpu gated FFN: the same bits on 1, 2 and 3 threads; split executors are declined") {
+  std::mt19937 rng(44);
+  const cpu_ffn_weights f = make_cpu_ffn(dtype::f16, 300, 700, rng);
+  const std::vector<float> x = random_vector(300, rng);
+  std::vector<float> y(300);
+  const std::vector<std::uint32_t> kept = random_subset(700, 0.4, rng);
+  for (const subset neurons : {subset::everything(), subset::only(kept)}) {
+    const auto one = run_cpu(args_of(f, activation::silu, x, y, neurons));
+    for (const std::size_t threads : {2U, 3U}) {
+      cpu::thread_pool pool(threads);
+      CHECK(same_bits(run_cpu(args_of(f, activation::silu, x, y, neurons), cpu::executor(pool)), one));
+    }
+  }
+  const cpu_backend cpu;
+  cpu::executor split = cpu::executor::split({0, 2});
+  const gated_ffn_args a = args_of(f, activation::silu, x, y, subset::everything());
+  std::vector<std::byte> workspace(cpu.workspace_size(a));
+  const status s = cpu.run(a, workspace, split);
+  CHECK_FALSE(s);
+  CHECK(std::string(s.reason).find("barrier") != std::string::npos);
+}
+
+TEST_CASE("cpu gated FFN reports bad arguments and a short workspace") {
+  std::mt19937 rng(45);
+  const cpu_ffn_weights f = make_cpu_ffn(dtype::f32, 16, 24, rng);
+  const std::vector<float> x = random_vector(16, rng);
+  std::vector<float> y(16);
+  std::vector<float> short_y(15);
+  const cpu_backend cpu;
+  cpu::executor ex;
+  const gated_ffn_args good = args_of(f, activation::silu, x, y, subset::everything());
+  std::vector<std::byte> workspace(cpu.workspace_size(good));
+  CHECK(cpu.run(good, workspace, ex));
+  CHECK_THROWS_WITH_AS(cpu.run(good, std::span<std::byte>(workspace).first(workspace.size() - 4), ex),
+                       doctest::Contains("cpu::gated_ffn: argument 'workspace.size()' is 284; expected at least 288"),
+                       error);
+  CHECK_THROWS_WITH_AS(cpu.run(args_of(f, activation::silu, x, short_y, subset::everything()), workspace, ex),
+                       doctest::Contains("'y.size()' is 15; expected 16 (d_model = gate.cols)"), error);
+  gated_ffn_args none = good;
+  none.down_t = weight_view{};
+  CHECK_THROWS_WITH_AS(cpu.run(none, workspace, ex), doctest::Contains("'down, down_t' is neither given"), error);
+}
+
+TEST_CASE("neuron_sparse_ffn runs on the CPU backend and agrees with the reference backend") {
+  std::mt19937 rng(46);
+  const cpu_ffn_weights f = make_cpu_ffn(dtype::bf16, 96, 256, rng);
+  const ffn_weights w{activation::silu, f.gate.view, f.up.view, f.down.view, f.down_t.view};
+  const std::vector<float> x = random_vector(96, rng);
+  const neuron_sparse_ffn op{magnitude{}, top_k::by_count(64), score_source::gate_activation, cpu_backend{}};
+  const neuron_sparse_ffn ref_op{magnitude{}, top_k::by_count(64), score_source::gate_activation, reference_backend{}};
+  std::vector<float> y(96);
+  std::vector<float> want(96);
+  selection kept;
+  selection ref_kept;
+  ffn_scratch s;
+  cpu::executor ex;
+  inline_executor inline_ex;
+  REQUIRE(op(w, x, y, kept, s, ex));
+  REQUIRE(ref_op(w, x, want, ref_kept, s, inline_ex));
+  REQUIRE(kept.indices.size() == 64);
+  // Both select from gate values that agree within rounding; where they pick the same set the
+  // outputs agree within the oracle's bound.
+  if (kept.indices == ref_kept.indices) {
+    check_within(
+        y, ffn_oracle(activation::silu, f.gate.values, f.up.values, f.down.values, x, subset::only(kept.indices)));
+    check_within(
+        want, ffn_oracle(activation::silu, f.gate.values, f.up.values, f.down.values, x, subset::only(kept.indices)));
+  }
+  std::vector<float> dense(96);
+  REQUIRE(dense_ffn(cpu_backend{}, w, x, dense, s, ex));
+  check_within(dense, ffn_oracle(activation::silu, f.gate.values, f.up.values, f.down.values, x, subset::everything()));
+}
