@@ -19,7 +19,12 @@
 #include <type_traits>
 #include <utility>
 
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
+
+#ifndef ACTSPARSE_CPU_PREFETCH_BYTES
+#define ACTSPARSE_CPU_PREFETCH_BYTES 1024
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace actsparse::cpu::HWY_NAMESPACE {
@@ -57,24 +62,37 @@ HWY_INLINE float scalar_f32(const T& v) {
 // then a scalar tail (no masked loads: Highway 1.0.3 emulates them with full loads on some
 // targets, which would read past the row). So a row's result depends only on the row,
 // x, n and the target: a row gather of every row equals the dense GEMV bit for bit.
+// Software prefetch distance (bytes ahead in each row stream). Rows are short runs (8 KB
+// at d_model 4096 in f16) and the hardware prefetchers retrain at every row and every
+// page; prefetching ahead, and past a row's end into the row that comes next in this call,
+// keeps the streams going.
+inline constexpr std::size_t prefetch_bytes = ACTSPARSE_CPU_PREFETCH_BYTES;
+
 template <std::size_t R, class T>
-HWY_INLINE void dot_rows(const T* const* HWY_RESTRICT w, const float* HWY_RESTRICT x, std::size_t n,
-                         float* HWY_RESTRICT out) {
+HWY_INLINE void dot_rows(const T* const* HWY_RESTRICT w, const T* const* HWY_RESTRICT next, const float* HWY_RESTRICT x,
+                         std::size_t n, float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const std::size_t lanes = hn::Lanes(df);
   V a0[R];
   V a1[R];
   for (std::size_t r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(df);
-  std::size_t i = 0;
-  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+  constexpr std::size_t ahead = prefetch_bytes / sizeof(T);
+  const auto step = [&](std::size_t i, const T* const* pf, std::size_t pf_offset) HWY_ATTR {
     const V x0 = hn::LoadU(df, x + i);
     const V x1 = hn::LoadU(df, x + i + lanes);
     for (std::size_t r = 0; r < R; ++r) {
+      if (pf != nullptr) {
+        const char* p = reinterpret_cast<const char*>(pf[r] + pf_offset);
+        for (std::size_t b = 0; b < 2 * lanes * sizeof(T); b += 64) hwy::Prefetch(p + b);
+      }
       a0[r] = hn::MulAdd(load_as_f32(df, w[r] + i), x0, a0[r]);
       a1[r] = hn::MulAdd(load_as_f32(df, w[r] + i + lanes), x1, a1[r]);
     }
-  }
+  };
+  std::size_t i = 0;
+  for (; i + 2 * lanes <= n && i + ahead < n; i += 2 * lanes) step(i, w, i + ahead);
+  for (; i + 2 * lanes <= n; i += 2 * lanes) step(i, next, i + ahead - n);
   if (i + lanes <= n) {
     const V x0 = hn::LoadU(df, x + i);
     for (std::size_t r = 0; r < R; ++r) a0[r] = hn::MulAdd(load_as_f32(df, w[r] + i), x0, a0[r]);
@@ -102,20 +120,27 @@ HWY_NOINLINE void gemv_range(const weight_view& w, const std::uint32_t* rows, st
     const std::size_t r = rows != nullptr ? rows[k] : k;
     return reinterpret_cast<const T*>(base + r * w.row_stride);
   };
+  // The rows of the group after k (prefetched while group k is read), or null at the end.
+  const auto next_group = [&](std::size_t k, std::size_t count, const T** out) {
+    if (k + count > end) return static_cast<const T* const*>(nullptr);
+    for (std::size_t r = 0; r < count; ++r) out[r] = row(k + r);
+    return static_cast<const T* const*>(out);
+  };
   std::size_t k = begin;
+  const T* group[rows_at_once];
+  const T* following[rows_at_once];
   for (; k + rows_at_once <= end; k += rows_at_once) {
-    const T* group[rows_at_once];
     for (std::size_t r = 0; r < rows_at_once; ++r) group[r] = row(k + r);
-    dot_rows<rows_at_once>(group, x, w.cols, y + k);
+    dot_rows<rows_at_once>(group, next_group(k + rows_at_once, rows_at_once, following), x, w.cols, y + k);
   }
   if (k + 4 <= end) {
-    const T* group[4] = {row(k), row(k + 1), row(k + 2), row(k + 3)};
-    dot_rows<4>(group, x, w.cols, y + k);
+    for (std::size_t r = 0; r < 4; ++r) group[r] = row(k + r);
+    dot_rows<4>(group, static_cast<const T* const*>(nullptr), x, w.cols, y + k);
     k += 4;
   }
   for (; k < end; ++k) {
-    const T* one[1] = {row(k)};
-    dot_rows<1>(one, x, w.cols, y + k);
+    group[0] = row(k);
+    dot_rows<1>(group, static_cast<const T* const*>(nullptr), x, w.cols, y + k);
   }
 }
 
@@ -135,6 +160,36 @@ inline void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size
   }
 }
 
+// One sweep of R rows over the n outputs: out[c] = fma(w_{R-1}[c], coef_{R-1}, ... fma(w_0[c],
+// coef_0, out[c])), rows in order. `next` (R rows, or null) is prefetched once this sweep's
+// own rows are covered.
+template <std::size_t R, class T>
+HWY_INLINE void axpy_sweep(const T* const* HWY_RESTRICT w, const float* coef, const T* const* HWY_RESTRICT next,
+                           std::size_t n, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const std::size_t lanes = hn::Lanes(df);
+  V v[R];
+  for (std::size_t r = 0; r < R; ++r) v[r] = hn::Set(df, coef[r]);
+  constexpr std::size_t ahead = prefetch_bytes / sizeof(T);
+  const auto step = [&](std::size_t c, const T* const* pf, std::size_t pf_offset) HWY_ATTR {
+    V acc = hn::LoadU(df, out + c);
+    for (std::size_t r = 0; r < R; ++r) {
+      if (pf != nullptr) hwy::Prefetch(pf[r] + pf_offset);
+      acc = hn::MulAdd(load_as_f32(df, w[r] + c), v[r], acc);
+    }
+    hn::StoreU(acc, df, out + c);
+  };
+  std::size_t c = 0;
+  for (; c + lanes <= n && c + ahead < n; c += lanes) step(c, w, c + ahead);
+  for (; c + lanes <= n; c += lanes) step(c, next, c + ahead - n);
+  for (; c < n; ++c) {
+    float acc = out[c];
+    for (std::size_t r = 0; r < R; ++r) acc = std::fma(scalar_f32(w[r][c]), coef[r], acc);
+    out[c] = acc;
+  }
+}
+
 // y[c] = Σ_{j} coef[j] · Wt[row_j, c] for c in [col_begin, col_end), rows j = rows ? rows[k] :
 // k for k < count, in that order. Every output element is the chain acc = fma(Wt[j, c],
 // coef_j, acc) over j in order from acc = 0, whatever the target or the column split: the
@@ -144,53 +199,34 @@ template <class T>
 HWY_NOINLINE void axpy_range(const weight_view& wt, const std::uint32_t* rows, std::size_t count,
                              const float* HWY_RESTRICT coef, std::size_t col_begin, std::size_t col_end,
                              float* HWY_RESTRICT y) {
-  const hn::ScalableTag<float> df;
-  const std::size_t lanes = hn::Lanes(df);
   const auto* base = static_cast<const std::byte*>(wt.data);
   float* HWY_RESTRICT out = y + col_begin;
   const std::size_t n = col_end - col_begin;
   for (std::size_t c = 0; c < n; ++c) out[c] = 0.0F;
-  const auto row = [&](std::size_t k) {
-    const std::size_t j = rows != nullptr ? rows[k] : k;
-    return std::pair{reinterpret_cast<const T*>(base + j * wt.row_stride) + col_begin, coef[j]};
+  const auto gather = [&](std::size_t k, std::size_t r_count, const T** w, float* c) {
+    for (std::size_t r = 0; r < r_count; ++r) {
+      const std::size_t j = rows != nullptr ? rows[k + r] : k + r;
+      w[r] = reinterpret_cast<const T*>(base + j * wt.row_stride) + col_begin;
+      c[r] = coef[j];
+    }
   };
+  // R rows per sweep: R streams, and one load and store of the outputs per R multiply-adds;
+  // each output still takes the rows one after another, in order.
+  constexpr std::size_t R = rows_at_once;
+  const T* w[R];
+  const T* following[R];
+  float c[R];
+  float unused[R];
   std::size_t k = 0;
-  // Four rows per sweep: four streams, and one load and store of the outputs per four
-  // multiply-adds; each output still takes the rows one after another, in order.
-  for (; k + 4 <= count; k += 4) {
-    const auto [w0, c0] = row(k);
-    const auto [w1, c1] = row(k + 1);
-    const auto [w2, c2] = row(k + 2);
-    const auto [w3, c3] = row(k + 3);
-    const auto v0 = hn::Set(df, c0);
-    const auto v1 = hn::Set(df, c1);
-    const auto v2 = hn::Set(df, c2);
-    const auto v3 = hn::Set(df, c3);
-    std::size_t c = 0;
-    for (; c + lanes <= n; c += lanes) {
-      auto acc = hn::LoadU(df, out + c);
-      acc = hn::MulAdd(load_as_f32(df, w0 + c), v0, acc);
-      acc = hn::MulAdd(load_as_f32(df, w1 + c), v1, acc);
-      acc = hn::MulAdd(load_as_f32(df, w2 + c), v2, acc);
-      acc = hn::MulAdd(load_as_f32(df, w3 + c), v3, acc);
-      hn::StoreU(acc, df, out + c);
-    }
-    for (; c < n; ++c) {
-      float acc = out[c];
-      acc = std::fma(scalar_f32(w0[c]), c0, acc);
-      acc = std::fma(scalar_f32(w1[c]), c1, acc);
-      acc = std::fma(scalar_f32(w2[c]), c2, acc);
-      out[c] = std::fma(scalar_f32(w3[c]), c3, acc);
-    }
+  for (; k + R <= count; k += R) {
+    gather(k, R, w, c);
+    const bool more = k + 2 * R <= count;
+    if (more) gather(k + R, R, following, unused);
+    axpy_sweep<R>(w, c, more ? following : static_cast<const T* const*>(nullptr), n, out);
   }
   for (; k < count; ++k) {
-    const auto [w, cj] = row(k);
-    const auto vc = hn::Set(df, cj);
-    std::size_t c = 0;
-    for (; c + lanes <= n; c += lanes) {
-      hn::StoreU(hn::MulAdd(load_as_f32(df, w + c), vc, hn::LoadU(df, out + c)), df, out + c);
-    }
-    for (; c < n; ++c) out[c] = std::fma(scalar_f32(w[c]), cj, out[c]);
+    gather(k, 1, w, c);
+    axpy_sweep<1>(w, c, static_cast<const T* const*>(nullptr), n, out);
   }
 }
 
