@@ -6,8 +6,9 @@
 // scorer → selector → up row gather → down row axpy over W_downᵀ (neuron_sparse_ffn). The
 // random set is top_k by count of |act(g)| (random weights: a random set); the clustered set
 // is runs of 64 neighbouring neurons (what a predictor that co-locates co-active neurons
-// gives). Dense is dense_ffn with the same weights, interleaved in the same iterations.
-// Several layers are cycled so that no weight byte comes from the L3.
+// gives); the coalesced rows run the random set with cpu_backend::coalesce_gap = 2 (skipped
+// runs of up to 2 rows read too; gbps still counts only the kept rows). Dense is dense_ffn with the same weights,
+// interleaved in the same iterations. Several layers are cycled so that no weight byte comes from the L3.
 //
 // Counters on every row:
 //   gbps           weight bytes that must be read / time (1e9 bytes per GB): the whole gate,
@@ -127,7 +128,10 @@ std::vector<std::uint32_t> clustered(std::size_t d_ff, double a, std::uint64_t s
   return out;
 }
 
-enum class set_kind { dense, random, clustered };
+enum class set_kind { dense, random, clustered, coalesced };
+
+// The coalesced rows: the random set, with skipped runs of at most this many rows read too.
+constexpr std::size_t coalesce_gap = 2;
 
 template <class T, set_kind Kind>
 void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads) {
@@ -140,6 +144,9 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads)
   const cpu_backend cpu;
   const auto k = static_cast<std::size_t>(std::lround(a * static_cast<double>(s.d_ff)));
   const neuron_sparse_ffn random_op{magnitude{}, top_k::by_count(k), score_source::gate_activation, cpu};
+  cpu_backend coalescing = cpu;
+  coalescing.coalesce_gap = coalesce_gap;
+  const neuron_sparse_ffn coalesced_op{magnitude{}, top_k::by_count(k), score_source::gate_activation, coalescing};
   const neuron_sparse_ffn clustered_op{magnitude{}, fixed_set{clustered(s.d_ff, a, 11)}, score_source::gate_activation,
                                        cpu};
   ffn_scratch scratch;
@@ -159,8 +166,10 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads)
         ok = dense_ffn(cpu, sp, x, y, scratch, ex) && ok;
       } else if constexpr (Kind == set_kind::random) {
         ok = random_op(sp, x, y, kept, scratch, ex) && ok;
-      } else {
+      } else if constexpr (Kind == set_kind::clustered) {
         ok = clustered_op(sp, x, y, kept, scratch, ex) && ok;
+      } else {
+        ok = coalesced_op(sp, x, y, kept, scratch, ex) && ok;
       }
     };
     const double t = actsparse_bench::time_pair(state.iterations(), run_dense, run_sparse, dense_s, sparse_s);
@@ -209,6 +218,8 @@ void register_dtype(const shape& s, std::size_t threads) {
   for (const double a : clustered_activities) {
     std::snprintf(label, sizeof label, "clustered_a%.2f", a);
     common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::clustered>, s, a, threads));
+    std::snprintf(label, sizeof label, "coalesced_a%.2f", a);
+    common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::coalesced>, s, a, threads));
   }
 }
 

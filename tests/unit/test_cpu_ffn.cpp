@@ -192,3 +192,51 @@ TEST_CASE("neuron_sparse_ffn runs on the CPU backend and agrees with the referen
   REQUIRE(dense_ffn(cpu_backend{}, w, x, dense, s, ex));
   check_within(dense, ffn_oracle(activation::silu, f.gate.values, f.up.values, f.down.values, x, subset::everything()));
 }
+
+TEST_CASE("cpu row axpy with coalesce_gap: the same values, short gaps read with coefficient 0") {
+  std::vector<std::uint32_t> filled(20);
+  const std::array<std::uint32_t, 5> kept{1, 3, 4, 9, 11};
+  CHECK(cpu::coalesced_rows(kept, 0, filled.data()) == 5);
+  REQUIRE(cpu::coalesced_rows(kept, 1, filled.data()) == 7);  // 2 and 10 filled in; 5..8 too far
+  CHECK(std::vector<std::uint32_t>(filled.begin(), filled.begin() + 7) ==
+        std::vector<std::uint32_t>{1, 2, 3, 4, 9, 10, 11});
+  CHECK(cpu::coalesced_rows(kept, 4, filled.data()) == 11);  // 1 .. 11
+
+  std::mt19937 rng(47);
+  const cpu_ffn_weights f = make_cpu_ffn(dtype::bf16, 96, 400, rng);
+  const std::vector<float> x = random_vector(96, rng);
+  std::vector<float> y(96);
+  for (const double density : {0.5, 0.1}) {
+    const std::vector<std::uint32_t> neurons = random_subset(400, density, rng);
+    const gated_ffn_args a = args_of(f, activation::silu, x, y, subset::only(neurons));
+    const auto plain = run_cpu(a);
+    for (const std::size_t gap : {1U, 3U, 1000U}) {
+      INFO("density ", density, " gap ", gap);
+      cpu_backend cpu;
+      cpu.coalesce_gap = gap;
+      CHECK(cpu.workspace_size(a) == cpu_backend{}.workspace_size(a) + 400 * sizeof(float));
+      std::vector<float> got(96, -1.0F);
+      gated_ffn_args b = a;
+      b.y = got;
+      std::vector<std::byte> workspace(cpu.workspace_size(b));
+      cpu::executor ex;
+      REQUIRE(cpu.run(b, workspace, ex));
+      CHECK(got == plain);  // equal values (an exact zero may change sign)
+
+      // The input-sparse linear: x_j for a kept channel, 0 for a filled-in one.
+      const std::vector<float> in = random_vector(400, rng);
+      std::vector<float> want(96);
+      std::vector<float> linear(96, -1.0F);
+      const transposed_linear_args t{f.down_t.view, in, want, subset::only(neurons)};
+      REQUIRE(cpu_backend{}.run(t, {}, ex));
+      transposed_linear_args tc = t;
+      tc.y = linear;
+      CHECK(cpu.workspace_size(tc) == 2 * 400 * sizeof(float));
+      std::vector<std::byte> tw(cpu.workspace_size(tc));
+      REQUIRE(cpu.run(tc, tw, ex));
+      CHECK(linear == want);
+      CHECK_THROWS_WITH_AS(cpu.run(tc, std::span<std::byte>(tw).first(8), ex),
+                           doctest::Contains("'workspace.size()' is 8; expected at least 3200 bytes"), error);
+    }
+  }
+}

@@ -75,6 +75,21 @@ struct column_range {
   return {b < out ? b : out, e < out ? e : out};
 }
 
+// The kept rows with every skipped run of at most `gap` rows between two of them filled in
+// (the spans of coalesce(kept, gap), listed row by row). Writes at most kept.back() + 1 -
+// kept.front() rows into out; returns how many.
+[[nodiscard]] inline std::size_t coalesced_rows(std::span<const std::uint32_t> kept, std::size_t gap,
+                                                std::uint32_t* out) noexcept {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    if (i > 0 && kept[i] - kept[i - 1] - 1 <= gap) {
+      for (std::uint32_t j = kept[i - 1] + 1; j < kept[i]; ++j) out[n++] = j;
+    }
+    out[n++] = kept[i];
+  }
+  return n;
+}
+
 // y[c] = Σ_k coef[row_k]·Wt[row_k, c] over every output column, on the executor's threads.
 template <class Executor>
 void axpy_all_columns(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef, float* y,
@@ -98,6 +113,13 @@ struct cpu_backend {
   static constexpr memory_space memory = memory_space::host;
   using executor_type = cpu::executor;  // the calling thread, a thread_pool, or the engine's (ith, nth)
 
+  // Row-axpy option (input-sparse linear, the down projection of the sparse FFN): a skipped
+  // run of at most this many rows between two kept rows is read too, with coefficient 0,
+  // so the kernel walks longer contiguous spans. 0 (default) reads only the kept rows. The
+  // result is the same but for the sign of an exact zero (acc + 0·w), and a skipped row
+  // read this way must hold finite values (0·Inf is NaN).
+  std::size_t coalesce_gap = 0;
+
   [[nodiscard]] status can_implement(const gemv_args& a) const noexcept {
     if (!cpu::handles_gemv(a.w.type)) return status::not_handled("cpu: q8_0 / q4_0 GEMV is not built yet");
     return status::ok();
@@ -108,12 +130,25 @@ struct cpu_backend {
     if (!cpu::handles_gemv(a.wt.type)) return status::not_handled("cpu: q8_0 / q4_0 row-axpy is not built yet");
     return status::ok();
   }
-  [[nodiscard]] std::size_t workspace_size(const transposed_linear_args&) const noexcept { return 0; }
+  // With coalesce_gap: the filled row list and the coefficients (0 for a filled-in row).
+  [[nodiscard]] std::size_t workspace_size(const transposed_linear_args& a) const noexcept {
+    return coalescing(a.inputs) ? 2 * a.wt.rows * sizeof(float) : 0;
+  }
 
-  status run(const transposed_linear_args& a, std::span<std::byte>, executor_type& ex) const {
+  status run(const transposed_linear_args& a, std::span<std::byte> workspace, executor_type& ex) const {
     if (const status s = can_implement(a); !s) return s;
     constexpr std::string_view where = "cpu::transposed_linear";
     check_arguments(a, where);
+    if (coalescing(a.inputs)) {
+      const std::size_t n = a.wt.rows;
+      float* const coef = scratch(workspace, workspace_size(a), where);
+      auto* const rows = reinterpret_cast<std::uint32_t*>(coef + n);
+      const std::size_t count = cpu::coalesced_rows(a.inputs.indices, coalesce_gap, rows);
+      for (std::size_t k = 0; k < count; ++k) coef[rows[k]] = 0.0F;
+      for (const std::uint32_t j : a.inputs.indices) coef[j] = a.x[j];
+      cpu::axpy_all_columns(a.wt, rows, count, coef, a.y.data(), ex);
+      return status::ok();
+    }
     const std::uint32_t* rows = a.inputs.all ? nullptr : a.inputs.indices.data();
     cpu::axpy_all_columns(a.wt, rows, a.inputs.count(a.wt.rows), a.x.data(), a.y.data(), ex);
     return status::ok();
@@ -148,7 +183,8 @@ struct cpu_backend {
     }
     return status::ok();
   }
-  // f32 scratch: u and g of the kept neurons, h for all d_ff neurons.
+  // f32 scratch: u and g of the kept neurons, h for all d_ff neurons (and, coalescing, the
+  // filled row list).
   [[nodiscard]] std::size_t workspace_size(const gated_ffn_args& a) const noexcept {
     return ffn_scratch_floats(a) * sizeof(float);
   }
@@ -163,14 +199,7 @@ struct cpu_backend {
     check_arguments(a, where);
     const std::size_t d_ff = a.gate.rows;
     const std::size_t count = a.neurons.count(d_ff);
-    const std::size_t need = ffn_scratch_floats(a);
-    if (workspace.size() < need * sizeof(float) ||
-        reinterpret_cast<std::uintptr_t>(workspace.data()) % alignof(float) != 0) {
-      detail::fail(
-          where, "workspace.size()", workspace.size(),
-          "at least " + std::to_string(need * sizeof(float)) + " bytes (workspace_size(args)), aligned to 4 bytes");
-    }
-    float* const u = reinterpret_cast<float*>(workspace.data());
+    float* const u = scratch(workspace, workspace_size(a), where);
     float* const g = u + count;
     const bool gate_given = !a.gate_act.empty();
     float* const h = gate_given ? g : g + count;  // h[j] for every neuron j (d_ff)
@@ -179,6 +208,10 @@ struct cpu_backend {
     // ideal speed-up (docs/PERFORMANCE.md), so there is no crossover to dispatch on below 1.
     const std::uint32_t* rows = a.neurons.all || count == d_ff ? nullptr : a.neurons.indices.data();
     const bool sparse_down = !a.down_t.absent();
+    const bool coalesce = sparse_down && rows != nullptr && coalescing(a.neurons);
+    if (coalesce) {
+      for (std::size_t j = 0; j < d_ff; ++j) h[j] = 0.0F;  // the filled-in rows add 0
+    }
     const std::size_t tasks = (count + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
     ex.parallel_for(tasks, [&](std::size_t t) {
       const std::size_t begin = t * cpu::gemv_rows_per_task;
@@ -191,7 +224,11 @@ struct cpu_backend {
         h[j] = act * u[k];
       }
     });
-    if (sparse_down) {
+    if (coalesce) {
+      auto* const filled = reinterpret_cast<std::uint32_t*>(h + d_ff);
+      const std::size_t n = cpu::coalesced_rows(a.neurons.indices, coalesce_gap, filled);
+      cpu::axpy_all_columns(a.down_t, filled, n, h, a.y.data(), ex);
+    } else if (sparse_down) {
       cpu::axpy_all_columns(a.down_t, rows, count, h, a.y.data(), ex);
     } else {  // dense, W_down only: y = W_down·h
       cpu::gemv_all_rows(a.down, nullptr, a.down.rows, h, a.y.data(), ex);
@@ -200,9 +237,21 @@ struct cpu_backend {
   }
 
  private:
-  static std::size_t ffn_scratch_floats(const gated_ffn_args& a) noexcept {
+  [[nodiscard]] bool coalescing(const subset& s) const noexcept { return coalesce_gap > 0 && !s.all; }
+
+  [[nodiscard]] std::size_t ffn_scratch_floats(const gated_ffn_args& a) const noexcept {
     const std::size_t count = a.neurons.count(a.gate.rows);
-    return count * (a.gate_act.empty() ? 2 : 1) + a.gate.rows;
+    const std::size_t filled = coalescing(a.neurons) && !a.down_t.absent() ? a.gate.rows : 0;
+    return count * (a.gate_act.empty() ? 2 : 1) + a.gate.rows + filled;
+  }
+
+  // The first `bytes` of the workspace as f32 scratch; checks size and alignment.
+  static float* scratch(std::span<std::byte> workspace, std::size_t bytes, std::string_view where) {
+    if (workspace.size() < bytes || reinterpret_cast<std::uintptr_t>(workspace.data()) % alignof(float) != 0) {
+      detail::fail(where, "workspace.size()", workspace.size(),
+                   "at least " + std::to_string(bytes) + " bytes (workspace_size(args)), aligned to 4 bytes");
+    }
+    return reinterpret_cast<float*>(workspace.data());
   }
 };
 
