@@ -3,9 +3,9 @@
 // Highway target; exactly one translation unit of the program defines them by including
 // actsparse/backends/cpu/implementation.hpp with ACTSPARSE_CPU_IMPLEMENTATION defined.
 //
-// Built so far: dense and row-gather GEMV for f32, f16 and bf16 weights, on any number of
-// threads (cpu/executor.hpp). Everything else (q8_0 / q4_0, row-axpy, the fused decode FFN)
-// answers "not handled", so an
+// Built so far: dense and row-gather GEMV and row-axpy for f32, f16, bf16, q8_0 and q4_0
+// weights (the block types dequantized in registers, quant-inl.h), on any number of threads
+// (cpu/executor.hpp). Everything else (the fused decode FFN) answers "not handled", so an
 // engine or the ops layer falls back to another backend.
 
 #include <actsparse/backends/cpu/executor.hpp>
@@ -44,8 +44,9 @@ inline constexpr std::size_t axpy_columns_per_task = 512;
 // Rows per task: the fixed work partition (results do not depend on how tasks are run).
 inline constexpr std::size_t gemv_rows_per_task = 64;
 
+// Every weight dtype: f32, f16, bf16, and the ggml blocks q8_0 / q4_0 (quant-inl.h).
 [[nodiscard]] constexpr bool handles_gemv(dtype t) noexcept {
-  return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
+  return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16 || t == dtype::q8_0 || t == dtype::q4_0;
 }
 
 }  // namespace cpu
@@ -56,13 +57,13 @@ struct cpu_backend {
   using executor_type = cpu::executor;  // the calling thread, a thread_pool, or the engine's (ith, nth)
 
   [[nodiscard]] status can_implement(const gemv_args& a) const noexcept {
-    if (!cpu::handles_gemv(a.w.type)) return status::not_handled("cpu: q8_0 / q4_0 GEMV is not built yet");
+    if (!cpu::handles_gemv(a.w.type)) return status::not_handled("cpu: GEMV of this weight dtype is not built");
     return status::ok();
   }
   [[nodiscard]] std::size_t workspace_size(const gemv_args&) const noexcept { return 0; }
 
   [[nodiscard]] status can_implement(const transposed_linear_args& a) const noexcept {
-    if (!cpu::handles_gemv(a.wt.type)) return status::not_handled("cpu: q8_0 / q4_0 row-axpy is not built yet");
+    if (!cpu::handles_gemv(a.wt.type)) return status::not_handled("cpu: row-axpy of this weight dtype is not built");
     return status::ok();
   }
   [[nodiscard]] std::size_t workspace_size(const transposed_linear_args&) const noexcept { return 0; }
