@@ -1,6 +1,7 @@
 // The CPU backend's q8_0 / q4_0 kernels (quant-inl.h) against the reference backend, on every
 // compiled Highway target: dense and row-gather GEMV, the input-sparse linear over a
-// transposed block matrix (row axpy), and thread-count invariance.
+// transposed block matrix (row axpy), thread-count invariance, and cpu::transpose's
+// requantization.
 //
 // Bounds. A dequantized block value w = q·d is exact in f32 (|q| <= 127 or 8 times an f16
 // scale: at most 18 significant bits), so the CPU and the reference multiply the same
@@ -15,17 +16,21 @@
 #include "test_reference_support.hpp"
 
 #include <actsparse/backends/cpu/backend.hpp>
+#include <actsparse/backends/cpu/repack.hpp>
 #include <actsparse/backends/reference.hpp>
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using namespace actsparse;
@@ -79,6 +84,14 @@ double column_magnitude(const Eigen::MatrixXd& wt, Eigen::Index c, std::span<con
   double mag = 0.0;
   for (const std::uint32_t j : kept) mag += std::fabs(wt(j, c) * x[j]);
   return mag;
+}
+
+// The f32 scale of block (row i, block b) of a q8_0 / q4_0 matrix.
+float block_scale(const weight_view& w, std::size_t i, std::size_t b) {
+  const auto* row = static_cast<const std::byte*>(w.data) + i * w.row_stride + b * block_bytes(w.type);
+  f16 d;
+  std::memcpy(&d, row, sizeof d);  // d is the first member of both block types
+  return to_f32(d);
 }
 
 }  // namespace
@@ -208,5 +221,69 @@ TEST_CASE("cpu q8_0 / q4_0: rows of a length not a multiple of 32, and column ra
     CHECK_THROWS_WITH_AS(cpu::dispatch_axpy_rows(wt.view, nullptr, 4, x4.data(), 16, 64, y64.data()),
                          doctest::Contains("whole 32-value blocks"), error);
     CHECK_NOTHROW(cpu::dispatch_axpy_rows(wt.view, nullptr, 4, x4.data(), 32, 64, y64.data()));
+  }
+}
+
+TEST_CASE("cpu::transpose of q8_0 / q4_0 requantizes within the quantization step, and needs rows in blocks of 32") {
+  std::mt19937 rng(45);
+  const reference_backend ref;
+  for (const dtype t : block_dtypes) {
+    // |requantized − value| per element, in units of the new block's |d| (see repack.hpp):
+    // q8_0 rounds to the nearest step (0.5, plus f16 rounding of d: 127·2^-11 and the
+    // product's rounding), q4_0 also clamps the top nibble (1, plus 8·2^-11).
+    const double step = t == dtype::q8_0 ? 0.57 : 1.01;
+    for (const auto& [rows, cols] :
+         {std::pair{32U, 32U}, std::pair{64U, 96U}, std::pair{96U, 64U}, std::pair{256U, 4096U}}) {
+      INFO(name(t), " W ", rows, " x ", cols);
+      const test_weights w = make_weights(t, rows, cols, rng, 1);  // strided W
+      const cpu::owned_weights wt = cpu::transpose(w.view);
+      REQUIRE(wt.view.type == t);
+      REQUIRE(wt.view.rows == cols);
+      REQUIRE(wt.view.cols == rows);
+      REQUIRE(wt.view.row_stride == row_bytes(t, rows));
+      // Element by element: Wt[j, i] ≈ W[i, j], |error| <= step·|d| of Wt's block holding it.
+      std::vector<float> row(rows);
+      Eigen::MatrixXd wt_values(static_cast<Eigen::Index>(cols), static_cast<Eigen::Index>(rows));
+      Eigen::MatrixXd err_bound(static_cast<Eigen::Index>(cols), static_cast<Eigen::Index>(rows));
+      double worst = 0.0;  // max |error| / |d|
+      for (std::size_t j = 0; j < cols; ++j) {
+        reference::dequantize_row(wt.view, j, row);
+        for (std::size_t i = 0; i < rows; ++i) {
+          const auto ji = static_cast<Eigen::Index>(j);
+          const auto ii = static_cast<Eigen::Index>(i);
+          const double d = std::fabs(block_scale(wt.view, j, i / 32));
+          const double err = std::fabs(row[i] - w.values(ii, ji));
+          wt_values(ji, ii) = row[i];
+          err_bound(ji, ii) = step * d;
+          if (d > 0.0) worst = std::max(worst, err / d);
+          REQUIRE(err <= step * d);
+        }
+      }
+      MESSAGE(name(t), " W ", rows, "x", cols, ": max |Wt - W| = ", worst, " |d| (bound ", step, ")");
+      // The linear y = W x: the reference over Wt vs the reference over W, within Σ_j e_ij·|x_j|
+      // (the requantization) plus the f32 bound of each.
+      const auto x = random_vector(cols, rng);
+      std::vector<float> want_w(rows);
+      REQUIRE(ref.run_with_scratch(linear_args{w.view, x, want_w, subset::everything()}));
+      std::vector<float> want_t(rows);
+      REQUIRE(ref.run_with_scratch(transposed_linear_args{wt.view, x, want_t, subset::everything()}));
+      const Eigen::VectorXd xa = to_double(x).cwiseAbs();
+      const Eigen::VectorXd bound =
+          err_bound.transpose() * xa +
+          dot_factor(cols) * (w.values.cwiseAbs() * xa + wt_values.transpose().cwiseAbs() * xa);
+      for (std::size_t i = 0; i < rows; ++i) {
+        INFO("output ", i, ": over Wt ", want_t[i], ", over W ", want_w[i]);
+        REQUIRE(std::fabs(static_cast<double>(want_t[i]) - want_w[i]) <= bound(static_cast<Eigen::Index>(i)));
+      }
+      // The CPU's linear over Wt is the reference's over Wt (bit for bit with FMA).
+      for_each_target([&] {
+        const auto y = cpu_axpy(wt.view, x, subset::everything());
+        if (cpu::dispatch_fused_multiply_add()) CHECK(same_bits(y, want_t));
+      });
+    }
+    // Rows not a multiple of 32: the rows of Wᵀ could not be blocked.
+    const test_weights odd = make_weights(t, 33, 64, rng);
+    CHECK_THROWS_WITH_AS((void)cpu::transpose(odd.view), doctest::Contains("'w.rows' is 33 rows of"), error);
+    CHECK_THROWS_WITH_AS((void)cpu::transpose(odd.view), doctest::Contains("a multiple of 32 rows"), error);
   }
 }
