@@ -229,6 +229,8 @@ void register_all() {
       register_dtype<float>(s, threads);
       register_dtype<f16>(s, threads);
       register_dtype<bf16>(s, threads);
+      register_dtype<block_q8_0>(s, threads);
+      register_dtype<block_q4_0>(s, threads);
     }
   }
 }

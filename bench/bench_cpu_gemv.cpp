@@ -1,4 +1,5 @@
-// The CPU backend's GEMV (Highway, dynamic dispatch) at the 7B FFN shape 11008 × 4096,
+// The CPU backend's GEMV (Highway, dynamic dispatch) at the 7B FFN shape 11008 × 4096 (f32,
+// f16, bf16, and the ggml blocks q8_0 / q4_0 with f32 activations),
 // dense and row-gather (output-sparse), and its input-sparse linear over a transposed
 // 11008 × 4096 weight (row axpy; a = the kept fraction of input channels), against the read bandwidth measured in the
 // same process, at 1 and 2 threads (a blocking thread_pool). Counters:
@@ -46,10 +47,11 @@ const matrices<T>& weights() {
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> u(-1.0F, 1.0F);
     std::vector<float> row(cols);
-    std::vector<T> first(rows * cols);
+    const std::size_t per_row = cols / dtype_traits<T>::block_values;  // storage elements (values or blocks)
+    std::vector<T> first(rows * per_row);
     for (std::size_t r = 0; r < rows; ++r) {
       for (float& v : row) v = u(rng);
-      quantize_row(row.data(), first.data() + r * cols, cols);
+      quantize_row(row.data(), first.data() + r * per_row, cols);
     }
     matrices<T> out;
     out.m.assign(count, first);  // copies: distinct memory, same values
@@ -143,6 +145,10 @@ ACTSPARSE_CPU_GEMV_BENCH(bf16, "bf16", 1);
 ACTSPARSE_CPU_GEMV_BENCH(float, "f32", 2);
 ACTSPARSE_CPU_GEMV_BENCH(f16, "f16", 2);
 ACTSPARSE_CPU_GEMV_BENCH(bf16, "bf16", 2);
+ACTSPARSE_CPU_GEMV_BENCH(block_q8_0, "q8_0", 1);
+ACTSPARSE_CPU_GEMV_BENCH(block_q4_0, "q4_0", 1);
+ACTSPARSE_CPU_GEMV_BENCH(block_q8_0, "q8_0", 2);
+ACTSPARSE_CPU_GEMV_BENCH(block_q4_0, "q4_0", 2);
 
 }  // namespace
 

@@ -88,6 +88,4 @@ TEST_CASE("cpu transposed linear: same bits for 1, 2 and 3 threads; errors for b
   const std::vector<std::uint32_t> bad = {3, 64};
   CHECK_THROWS_WITH_AS((void)cpu.run(transposed_linear_args{wt.view, x, one, subset::only(bad)}, {}, serial),
                        doctest::Contains("'inputs.indices[1]' is 64"), error);
-  const test_weights q = make_weights(dtype::q8_0, 4, 64, rng);
-  CHECK_THROWS_WITH_AS((void)cpu::transpose(q.view), doctest::Contains("not built yet"), error);
 }

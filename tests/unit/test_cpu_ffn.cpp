@@ -240,3 +240,38 @@ TEST_CASE("cpu row axpy with coalesce_gap: the same values, short gaps read with
     }
   }
 }
+
+TEST_CASE("cpu gated FFN with q8_0 / q4_0 weights matches the double oracle on every target") {
+  std::mt19937 rng(48);
+  for (const dtype t : {dtype::q8_0, dtype::q4_0}) {
+    for (const auto [d_model, d_ff] : {std::array<std::size_t, 2>{64, 96}, {128, 320}}) {
+      const cpu_ffn_weights f = make_cpu_ffn(t, d_model, d_ff, rng);
+      // down_t is W_down requantized along d_model: the oracle uses the values it holds.
+      Eigen::MatrixXd down(static_cast<Eigen::Index>(d_model), static_cast<Eigen::Index>(d_ff));
+      std::vector<float> row(d_model);
+      for (std::size_t j = 0; j < d_ff; ++j) {
+        reference::dequantize_row(f.down_t.view, j, row);
+        for (std::size_t i = 0; i < d_model; ++i) {
+          down(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) = row[i];
+        }
+      }
+      const std::vector<float> x = random_vector(d_model, rng);
+      std::vector<float> y(d_model);
+      for (const activation act : {activation::silu, activation::relu}) {
+        for (const double density : {1.0, 0.3}) {
+          const std::vector<std::uint32_t> kept = random_subset(d_ff, density, rng);
+          const subset neurons = density == 1.0 ? subset::everything() : subset::only(kept);
+          const oracle want = ffn_oracle(act, f.gate.values, f.up.values, down, x, neurons);
+          for_each_target([&] {
+            INFO(name(t), " ", name(act), " d_model ", d_model, " density ", density);
+            const auto got = run_cpu(args_of(f, act, x, y, neurons));
+            check_within(got, want);
+            if (density == 1.0) {
+              CHECK(same_bits(run_cpu(args_of(f, act, x, y, subset::only(all_indices(d_ff)))), got));
+            }
+          });
+        }
+      }
+    }
+  }
+}

@@ -5,7 +5,8 @@
 //
 // Operations: dense and row-gather GEMV (gemv_args), the input-sparse linear over a
 // transposed weight (transposed_linear_args, a row axpy), and the gated FFN for decode, dense
-// or neuron-sparse (gated_ffn_args). What it does not handle answers "not handled", so an
+// or neuron-sparse (gated_ffn_args), for f32, f16, bf16, q8_0 and q4_0 weights (the block
+// types dequantized in registers, quant-inl.h). What it does not handle answers "not handled", so an
 // engine or the ops layer falls back to another backend.
 
 #include <actsparse/backends/cpu/executor.hpp>
@@ -25,13 +26,13 @@
 namespace actsparse {
 namespace cpu {
 
-// y[k] = W[row_k, :] · x for k in [begin, end), row_k = rows ? rows[k] : k; f32, f16, bf16.
+// y[k] = W[row_k, :] · x for k in [begin, end), row_k = rows ? rows[k] : k; every dtype.
 // Defined by implementation.hpp (dynamic dispatch to the best compiled target, or static).
 void dispatch_gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
                         const float* x, float* y);
 
 // y[c] = Σ_k coef[row_k] · Wt[row_k, c] for c in [col_begin, col_end), row_k = rows ? rows[k] : k
-// for k < count; f32, f16, bf16. Defined by implementation.hpp.
+// for k < count; every dtype (block types: columns on 32-value blocks). Defined by implementation.hpp.
 void dispatch_axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef,
                         std::size_t col_begin, std::size_t col_end, float* y);
 
@@ -102,8 +103,9 @@ void axpy_all_columns(const weight_view& wt, const std::uint32_t* rows, std::siz
   });
 }
 
+// Every weight dtype: f32, f16, bf16, and the ggml blocks q8_0 / q4_0 (quant-inl.h).
 [[nodiscard]] constexpr bool handles_gemv(dtype t) noexcept {
-  return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
+  return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16 || t == dtype::q8_0 || t == dtype::q4_0;
 }
 
 }  // namespace cpu
@@ -121,13 +123,13 @@ struct cpu_backend {
   std::size_t coalesce_gap = 0;
 
   [[nodiscard]] status can_implement(const gemv_args& a) const noexcept {
-    if (!cpu::handles_gemv(a.w.type)) return status::not_handled("cpu: q8_0 / q4_0 GEMV is not built yet");
+    if (!cpu::handles_gemv(a.w.type)) return status::not_handled("cpu: GEMV of this weight dtype is not built");
     return status::ok();
   }
   [[nodiscard]] std::size_t workspace_size(const gemv_args&) const noexcept { return 0; }
 
   [[nodiscard]] status can_implement(const transposed_linear_args& a) const noexcept {
-    if (!cpu::handles_gemv(a.wt.type)) return status::not_handled("cpu: q8_0 / q4_0 row-axpy is not built yet");
+    if (!cpu::handles_gemv(a.wt.type)) return status::not_handled("cpu: row-axpy of this weight dtype is not built");
     return status::ok();
   }
   // With coalesce_gap: the filled row list and the coefficients (0 for a filled-in row).

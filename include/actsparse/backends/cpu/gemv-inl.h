@@ -10,6 +10,7 @@
 #define ACTSPARSE_CPU_GEMV_INL_H_
 #endif
 
+#include <actsparse/backends/cpu/quant-inl.h>
 #include <actsparse/core/dtype.hpp>
 #include <actsparse/core/views.hpp>
 
@@ -155,8 +156,9 @@ inline void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size
     case dtype::bf16:
       return gemv_range<bf16>(w, rows, begin, end, x, y);
     case dtype::q8_0:
+      return gemv_block_range<block_q8_0>(w, rows, begin, end, x, y);
     case dtype::q4_0:
-      break;  // not handled yet: the backend's can_implement says so
+      return gemv_block_range<block_q4_0>(w, rows, begin, end, x, y);
   }
 }
 
@@ -241,8 +243,9 @@ inline void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::siz
     case dtype::bf16:
       return axpy_range<bf16>(wt, rows, count, coef, col_begin, col_end, y);
     case dtype::q8_0:
+      return axpy_block_range<block_q8_0>(wt, rows, count, coef, col_begin, col_end, y);
     case dtype::q4_0:
-      break;  // not handled yet: the backend's can_implement says so
+      return axpy_block_range<block_q4_0>(wt, rows, count, coef, col_begin, col_end, y);
   }
 }
 

@@ -1,14 +1,17 @@
 #pragma once
 // Load-time repacking for the CPU backend: Wt = Wᵀ in the same dtype, so that the
 // input-sparse linear (TEAL) and the down projection of a sparse FFN read one contiguous
-// row per kept input channel.
+// row per kept input channel. For q8_0 / q4_0 the transpose is requantized (lossy; see
+// transpose).
 
 #include <actsparse/core/dtype.hpp>
 #include <actsparse/core/error.hpp>
+#include <actsparse/core/quantize.hpp>
 #include <actsparse/core/views.hpp>
 
 #include <cstddef>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,14 +23,52 @@ struct owned_weights {
   weight_view view;
 };
 
-// Wᵀ of an f32 / f16 / bf16 matrix, same dtype, packed rows. (The block types transpose
-// block-wise; not built yet: a clear error.)
+// Wᵀ of a q8_0 / q4_0 matrix W [rows × cols] (both multiples of 32): W is dequantized (core's
+// dequantize), transposed, and every row of Wᵀ (one column of W) is requantized with core's
+// quantize_row (ggml's reference quantizer), 32 rows of Wᵀ at a time.
+template <class B>
+[[nodiscard]] owned_weights transpose_requantized(const weight_view& w) {
+  constexpr std::size_t bv = dtype_traits<B>::block_values;
+  const std::size_t out_bytes = row_bytes(w.type, w.rows);  // one row of Wᵀ
+  owned_weights t;
+  t.bytes.resize(w.cols * out_bytes);
+  t.view = weight_view(t.bytes.data(), w.type, w.cols, w.rows, out_bytes);
+  const matrix_view<const B> src = w.as<B>();
+  std::vector<float> columns(bv * w.rows);  // 32 rows of Wᵀ in f32
+  float block[bv];
+  for (std::size_t cb = 0; cb < w.cols / bv; ++cb) {
+    for (std::size_t i = 0; i < w.rows; ++i) {
+      dequantize(src.row(i)[cb], std::span<float, bv>(block, bv));
+      for (std::size_t v = 0; v < bv; ++v) columns[v * w.rows + i] = block[v];
+    }
+    for (std::size_t v = 0; v < bv; ++v) {
+      quantize_row(columns.data() + v * w.rows, reinterpret_cast<B*>(t.bytes.data() + (cb * bv + v) * out_bytes),
+                   w.rows);
+    }
+  }
+  return t;
+}
+
+// Wᵀ of W [rows × cols], same dtype, packed rows: Wt [cols × rows].
+//   f32 / f16 / bf16: exact, value for value.
+//   q8_0 / q4_0: a block holds 32 consecutive values of a row, so Wᵀ cannot reuse W's blocks:
+//     W is dequantized, transposed and requantized row by row with the reference quantizer
+//     (ggml's). This is LOSSY: each value of Wt differs from W's by up to about half a
+//     quantization step of its new block for q8_0 (|Δ| <= 0.57·d, d the block scale of Wt)
+//     and up to one step for q4_0 (|Δ| <= 1.01·|d|: ggml's q4_0 clamps the top nibble), so
+//     a linear over Wt approximates, not equals, the one over W. W.rows must be a multiple
+//     of 32 (the rows of Wᵀ are quantized in 32-value blocks).
 [[nodiscard]] inline owned_weights transpose(const weight_view& w) {
   constexpr std::string_view where = "cpu::transpose";
   validate(w, where, "w");
   if (block_values(w.type) != 1) {
-    detail::fail_described(where, "w", std::string("a ") + std::string(name(w.type)) + " matrix",
-                           "f32, f16 or bf16 weights (q8_0 / q4_0 transposition is not built yet)");
+    if (w.rows % qk8_0 != 0) {
+      detail::fail_described(where, "w.rows", std::to_string(w.rows) + " rows of " + std::string(name(w.type)),
+                             "a multiple of 32 rows: the rows of the transpose, W's columns, are requantized in "
+                             "blocks of 32 values");
+    }
+    if (w.type == dtype::q8_0) return transpose_requantized<block_q8_0>(w);
+    return transpose_requantized<block_q4_0>(w);
   }
   const std::size_t e = block_bytes(w.type);
   owned_weights t;
