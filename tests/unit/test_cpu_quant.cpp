@@ -165,7 +165,7 @@ TEST_CASE("cpu q8_0 / q4_0: the same bits for 1, 2 and 3 threads and for an engi
   for (const dtype t : block_dtypes) {
     const test_weights w = make_weights(t, 1000, 96, rng);  // GEMV: 16 tasks of 64 rows
     const auto x = random_vector(96, rng);
-    const test_weights wt = make_weights(t, 96, 2080, rng);  // axpy: 5 column tasks, the last ragged
+    const test_weights wt = make_weights(t, 96, 2080, rng);  // axpy: one column task per thread, the last ragged
     const auto kept_rows = random_subset(1000, 0.4, rng);
     const auto kept_inputs = random_subset(96, 0.4, rng);
     for (const subset rows : {subset::everything(), subset::only(kept_rows)}) {

@@ -145,7 +145,7 @@ HWY_NOINLINE void gemv_range(const weight_view& w, const std::uint32_t* rows, st
   }
 }
 
-// The entry point each target exports: dispatches on the weight dtype (f32, f16, bf16).
+// The entry point each target exports: dispatches on the weight dtype (f32, f16, bf16, and the blocks q8_0 / q4_0 of quant-inl.h).
 inline void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
                       const float* x, float* y) {
   switch (w.type) {
@@ -232,7 +232,7 @@ HWY_NOINLINE void axpy_range(const weight_view& wt, const std::uint32_t* rows, s
   }
 }
 
-// The entry point each target exports for the input-sparse linear (f32, f16, bf16).
+// The entry point each target exports for the input-sparse linear (every dtype; q8_0 / q4_0 in quant-inl.h).
 inline void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef,
                       std::size_t col_begin, std::size_t col_end, float* y) {
   switch (wt.type) {
