@@ -145,7 +145,8 @@ HWY_NOINLINE void gemv_range(const weight_view& w, const std::uint32_t* rows, st
   }
 }
 
-// The entry point each target exports: dispatches on the weight dtype (f32, f16, bf16, and the blocks q8_0 / q4_0 of quant-inl.h).
+// The entry point each target exports: dispatches on the weight dtype (f32, f16, bf16, and the blocks q8_0 / q4_0 of
+// quant-inl.h).
 inline void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
                       const float* x, float* y) {
   switch (w.type) {
