@@ -59,7 +59,7 @@ std::vector<float> run_cpu(const gated_ffn_args& a, cpu::executor ex = {}) {
 TEST_CASE("cpu gated FFN matches the double oracle on every target, dense and neuron-sparse") {
   std::mt19937 rng(41);
   for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
-    for (const auto [d_model, d_ff] : {std::array<std::size_t, 2>{37, 53}, {64, 200}, {130, 300}}) {
+    for (const auto [d_model, d_ff] : {std::array<std::size_t, 2>{37, 53}, {64, 200}, {130, 300}, {1100, 150}}) {
       const cpu_ffn_weights f = make_cpu_ffn(t, d_model, d_ff, rng);
       const std::vector<float> x = random_vector(d_model, rng);
       std::vector<float> y(d_model);

@@ -40,7 +40,9 @@ TEST_CASE("cpu gemv: dense and row gather match the reference on every target, f
   const reference_backend ref;
   for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
     // Lengths around every vector width (4, 8, 16 floats) and not a multiple of any.
-    for (const std::size_t cols : {1U, 3U, 7U, 16U, 33U, 64U, 100U, 257U}) {
+    // 1100 and 2100: several steps of a row run (row_step_bytes), the prefetch of the next
+    // rows, and a ragged end.
+    for (const std::size_t cols : {1U, 3U, 7U, 16U, 33U, 64U, 100U, 257U, 1100U, 2100U}) {
       const std::size_t rows = 130;                                // more than two tasks of 64 rows
       const test_weights w = make_weights(t, rows, cols, rng, 3);  // padded rows: a strided view
       const auto x = random_vector(cols, rng);
