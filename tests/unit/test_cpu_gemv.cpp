@@ -9,6 +9,7 @@
 #include <hwy/targets.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -149,5 +150,26 @@ TEST_CASE("cpu thread_pool: every task runs once, exceptions reach the caller, b
                     "task 7 failed");
   pool.parallel_for(0, [](std::size_t) { FAIL("no task"); });
   CHECK_THROWS_AS(cpu::thread_pool(0), error);
+  CHECK_THROWS_AS(cpu::thread_pool(2, std::chrono::microseconds{-1}), error);
   CHECK_THROWS_AS((void)cpu::executor::split({3, 3}), error);
+}
+
+TEST_CASE("cpu thread_pool: back-to-back jobs, spinning or sleeping between them, lose no task") {
+  // Jobs follow each other within the spin (workers pick them up without a wake-up), after
+  // it (workers asleep), and with spin 0 (always asleep); each job sees the previous one's
+  // results, as a kernel's second phase reads its first.
+  for (const auto spin :
+       {std::chrono::microseconds{0}, std::chrono::microseconds{50}, std::chrono::microseconds{5000}}) {
+    cpu::thread_pool pool(3, spin);
+    std::vector<std::size_t> a(257, 0);
+    std::vector<std::size_t> b(a.size(), 0);
+    std::size_t wrong = 0;
+    for (std::size_t job = 1; job <= 300; ++job) {
+      pool.parallel_for(a.size(), [&](std::size_t i) { a[i] = job * i; });
+      pool.parallel_for(a.size(), [&](std::size_t i) { b[i] = a[(i + 1) % a.size()]; });
+      for (std::size_t i = 0; i < a.size(); ++i) wrong += b[i] != job * ((i + 1) % a.size()) ? 1 : 0;
+      if (job % 100 == 0) std::this_thread::sleep_for(std::chrono::microseconds{200});
+    }
+    CHECK(wrong == 0);
+  }
 }

@@ -3,7 +3,7 @@
 // tasks (fixed by the shapes, never by the thread count) whose outputs are disjoint, so the
 // result is bitwise the same however the tasks are spread over threads. Three ways to run:
 //   executor{}                    the calling thread runs every task
-//   executor{pool}                a thread_pool runs them (blocking waits, no spinning)
+//   executor{pool}                a thread_pool runs them (a short spin, then blocking waits)
 //   executor::split({ith, nth})   the engine calls the kernel from each of its nth threads;
 //                                 this one runs its contiguous share (ggml's ith / nth)
 
@@ -11,6 +11,7 @@
 #include <actsparse/core/executor.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -20,13 +21,20 @@
 
 namespace actsparse::cpu {
 
-// A fixed set of worker threads that sleep on a condition variable between jobs (the host
-// is shared: threads that spin stall for milliseconds when a CPU is taken away).
+// A fixed set of worker threads. Between jobs a worker first spins for up to `spin` (a new
+// job that comes within it starts without a wake-up: the FFN's second phase follows its
+// first by microseconds, and a futex wake-up on a virtual machine costs tens of them), then
+// sleeps on a condition variable (the host may be shared: threads that spin for long stall
+// others). spin = 0 never spins. The caller spins the same way while the workers finish.
 class thread_pool {
  public:
+  static constexpr std::chrono::microseconds default_spin{50};
+
   // threads: how many threads run a job, the caller included (>= 1).
-  explicit thread_pool(std::size_t threads) : threads_(threads) {
+  explicit thread_pool(std::size_t threads, std::chrono::microseconds spin = default_spin)
+      : threads_(threads), spin_(spin) {
     detail::require(threads >= 1, "cpu::thread_pool", "threads", threads, "at least 1 (the calling thread)");
+    detail::require(spin.count() >= 0, "cpu::thread_pool", "spin (microseconds)", spin.count(), "at least 0");
     workers_.reserve(threads - 1);
     for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
   }
@@ -35,7 +43,7 @@ class thread_pool {
   ~thread_pool() {
     {
       const std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
+      stop_.store(true, std::memory_order_release);
     }
     wake_.notify_all();
     for (auto& w : workers_) w.join();
@@ -56,20 +64,45 @@ class thread_pool {
       const std::lock_guard<std::mutex> lock(mutex_);
       task_ = &task;
       count_ = n;
-      next_.store(0);
-      busy_ = workers_.size();
+      next_.store(0, std::memory_order_relaxed);
+      busy_.store(workers_.size(), std::memory_order_relaxed);
       error_ = nullptr;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);  // publishes the job to spinning workers
     }
     wake_.notify_all();
     run_tasks();
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return busy_ == 0; });
+    if (!spin_until([this] { return busy_.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [this] { return busy_.load(std::memory_order_acquire) == 0; });
+    }
+    const std::lock_guard<std::mutex> lock(mutex_);
     task_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
+  // Spins until ready() or `spin_` has passed; whether ready() came true.
+  template <class Ready>
+  bool spin_until(Ready&& ready) const {
+    if (ready()) return true;
+    if (spin_.count() == 0) return false;
+    const auto until = std::chrono::steady_clock::now() + spin_;
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        if (ready()) return true;
+        pause();
+      }
+      if (std::chrono::steady_clock::now() >= until) return ready();
+    }
+  }
+  static void pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+
   void run_tasks() {
     for (std::size_t i = next_.fetch_add(1); i < count_; i = next_.fetch_add(1)) {
       try {
@@ -83,23 +116,31 @@ class thread_pool {
 
   void work() {
     std::size_t seen = 0;
+    const auto job_or_stop = [&] {
+      return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen;
+    };
     for (;;) {
-      {
+      if (!spin_until(job_or_stop)) {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
+        wake_.wait(lock, job_or_stop);
+      }
+      if (stop_.load(std::memory_order_acquire)) return;
+      {
+        // The job's fields were written under mutex_ before generation_ moved; taking it
+        // here orders this worker's reads after those writes for every checker.
+        const std::lock_guard<std::mutex> lock(mutex_);
+        seen = generation_.load(std::memory_order_relaxed);
       }
       run_tasks();
-      {
-        const std::lock_guard<std::mutex> lock(mutex_);
-        --busy_;
+      if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        const std::lock_guard<std::mutex> lock(mutex_);  // the caller may be about to wait
+        done_.notify_one();
       }
-      done_.notify_one();
     }
   }
 
   std::size_t threads_;
+  std::chrono::microseconds spin_;
   std::vector<std::thread> workers_;
   std::mutex job_mutex_;
   std::mutex mutex_;
@@ -108,13 +149,12 @@ class thread_pool {
   const std::function<void(std::size_t)>* task_ = nullptr;
   std::size_t count_ = 0;
   std::atomic<std::size_t> next_{0};
-  std::size_t busy_ = 0;
-  std::size_t generation_ = 0;
-  bool stop_ = false;
+  std::atomic<std::size_t> busy_{0};
+  std::atomic<std::size_t> generation_{0};
+  std::atomic<bool> stop_{false};
   std::exception_ptr error_;
 };
 
-// The CPU backend's executor_type.
 class executor {
  public:
   executor() = default;                                            // the calling thread runs every task
