@@ -1,0 +1,312 @@
+#pragma once
+// The Llama forward pass of a llama2.c checkpoint (format and reference behaviour:
+// data/README.md): prefill of a whole sequence and batch-1 decode with a KV cache. Every
+// projection and every FFN goes through a `policy`, so the same forward pass runs dense or
+// through any actsparse operator:
+//   policy::linear       y = W·x for one of the seven projections (q, k, v, o, gate, up, down)
+//   policy::ffn          the FFN of one token (decode, and prefill unless ffn_prefill is overridden)
+//   policy::ffn_prefill  the FFN of every token of a prefill (token-sparse policies override it)
+// The defaults run the reference backend densely. A step of decode and a row of prefill run
+// the same operations on the same values in the same order, so their logits are equal bit
+// for bit (the tests check it within 1e-4 as the contract, and bit for bit as the fact).
+
+#include "llama2c/checkpoint.hpp"
+
+#include <actsparse/backends/reference.hpp>
+#include <actsparse/core/error.hpp>
+#include <actsparse/core/op_args.hpp>
+#include <actsparse/ops/ffn_weights.hpp>
+#include <actsparse/ops/neuron_sparse_ffn.hpp>
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace llama2c {
+
+enum class projection { q, k, v, o, gate, up, down };
+inline constexpr std::array<std::string_view, 7> projection_names{"q", "k", "v", "o", "gate", "up", "down"};
+
+// Rows of a row-major [rows × cols] f32 buffer.
+struct rows_buffer {
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  std::vector<float> data;
+  rows_buffer() = default;
+  rows_buffer(std::size_t r, std::size_t c) : rows(r), cols(c), data(r * c, 0.0F) {}
+  [[nodiscard]] std::span<float> row(std::size_t r) { return {data.data() + r * cols, cols}; }
+  [[nodiscard]] std::span<const float> row(std::size_t r) const { return {data.data() + r * cols, cols}; }
+  [[nodiscard]] actsparse::matrix_view<float> view() {
+    return actsparse::matrix_view<float>::packed(data.data(), rows, cols);
+  }
+  [[nodiscard]] actsparse::matrix_view<const float> view() const {
+    return actsparse::matrix_view<const float>::packed(data.data(), rows, cols);
+  }
+};
+
+// How the forward pass computes its projections and FFNs. The defaults are dense, on the
+// reference backend.
+class policy {
+ public:
+  policy() = default;
+  policy(const policy&) = delete;
+  policy& operator=(const policy&) = delete;
+  virtual ~policy() = default;
+
+  // y = W·x for projection p of `layer` (the FFN's three only through the default ffn()).
+  virtual void linear(std::size_t layer, projection p, const actsparse::weight_view& w, std::span<const float> x,
+                      std::span<float> y) {
+    (void)layer;
+    (void)p;
+    check(backend_.run_with_scratch(actsparse::gemv_args{w, x, y, actsparse::subset::everything()}), "gemv");
+  }
+
+  // y = W_down (act(W_gate x) ⊙ W_up x) for one token. The default computes it through
+  // linear() (so a policy that sparsifies the projections sparsifies the FFN too) with the
+  // same fma chain per value as the reference backend's dense FFN.
+  virtual void ffn(std::size_t layer, const actsparse::ffn_weights& w, std::span<const float> x, std::span<float> y) {
+    const std::size_t d_ff = w.d_ff();
+    gate_.resize(d_ff);
+    up_.resize(d_ff);
+    linear(layer, projection::gate, w.gate, x, gate_);
+    linear(layer, projection::up, w.up, x, up_);
+    for (std::size_t j = 0; j < d_ff; ++j) gate_[j] = actsparse::apply(w.act, gate_[j]) * up_[j];
+    linear(layer, projection::down, w.down, gate_, y);
+  }
+
+  // residual[t] += FFN(input[t]) for every token t of a prefill; attention_out[t] is the
+  // token's attention output (what token-sparse policies score tokens by).
+  virtual void ffn_prefill(std::size_t layer, const actsparse::ffn_weights& w, const rows_buffer& attention_out,
+                           const rows_buffer& input, rows_buffer& residual) {
+    (void)attention_out;
+    out_.resize(residual.cols);
+    for (std::size_t t = 0; t < input.rows; ++t) {
+      ffn(layer, w, input.row(t), out_);
+      const std::span<float> r = residual.row(t);
+      for (std::size_t i = 0; i < r.size(); ++i) r[i] += out_[i];
+    }
+  }
+
+ protected:
+  static void check(const actsparse::status& s, std::string_view what) {
+    if (!s) actsparse::detail::fail("llama2c::policy", what, s.reason, "a backend that handles it");
+  }
+
+  actsparse::reference_backend backend_{};
+
+ private:
+  std::vector<float> gate_, up_, out_;
+};
+
+// A dense FFN policy through the reference backend's fused FFN (the baseline of the demo).
+class dense_policy : public policy {
+ public:
+  void ffn(std::size_t, const actsparse::ffn_weights& w, std::span<const float> x, std::span<float> y) override {
+    check(actsparse::dense_ffn(backend_, w, x, y, scratch_, ex_), "dense FFN");
+  }
+
+ private:
+  actsparse::ffn_scratch scratch_;
+  actsparse::inline_executor ex_;
+};
+
+// x / sqrt(mean(x²) + 1e-5) · weight, in f32 with a fixed order.
+inline void rmsnorm(std::span<const float> x, std::span<const float> weight, std::span<float> out) {
+  float ss = 0.0F;
+  for (const float v : x) ss += v * v;
+  const float inv = 1.0F / std::sqrt(ss / static_cast<float>(x.size()) + 1e-5F);
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = weight[i] * (inv * x[i]);
+}
+
+class model {
+ public:
+  explicit model(const checkpoint& c) : ckpt_(&c), cfg_(c.cfg()) {
+    dim_ = static_cast<std::size_t>(cfg_.dim);
+    hidden_ = static_cast<std::size_t>(cfg_.hidden_dim);
+    layers_ = static_cast<std::size_t>(cfg_.n_layers);
+    heads_ = static_cast<std::size_t>(cfg_.n_heads);
+    kv_heads_ = static_cast<std::size_t>(cfg_.n_kv_heads);
+    head_size_ = dim_ / heads_;
+    kv_dim_ = c.kv_dim();
+    vocab_ = static_cast<std::size_t>(cfg_.vocab_size);
+    seq_len_ = static_cast<std::size_t>(cfg_.seq_len);
+    if (head_size_ % 2 != 0) {
+      actsparse::detail::fail("llama2c::model", "head size", head_size_, "an even head size (RoPE rotates pairs)");
+    }
+    for (std::size_t l = 0; l < layers_; ++l) {
+      // llama2.c: h = silu(w1·x) ⊙ (w3·x), y = w2·h: gate = w1, up = w3, down = w2.
+      ffn_.push_back(actsparse::ffn_weights{actsparse::activation::silu, c.w1(l), c.w3(l), c.w2(l)});
+    }
+  }
+
+  [[nodiscard]] const config& cfg() const noexcept { return cfg_; }
+  [[nodiscard]] std::size_t dim() const noexcept { return dim_; }
+  [[nodiscard]] std::size_t vocab() const noexcept { return vocab_; }
+  [[nodiscard]] std::size_t layers() const noexcept { return layers_; }
+  [[nodiscard]] std::size_t seq_len() const noexcept { return seq_len_; }
+  [[nodiscard]] const actsparse::ffn_weights& ffn(std::size_t l) const { return ffn_.at(l); }
+  [[nodiscard]] const checkpoint& weights() const noexcept { return *ckpt_; }
+
+  // Keys and values of every layer for positions [0, length).
+  struct kv_cache {
+    std::vector<float> k, v;  // [layers × seq_len × kv_dim]
+    std::size_t length = 0;   // positions filled
+  };
+  [[nodiscard]] kv_cache new_cache() const {
+    kv_cache c;
+    c.k.assign(layers_ * seq_len_ * kv_dim_, 0.0F);
+    c.v.assign(layers_ * seq_len_ * kv_dim_, 0.0F);
+    return c;
+  }
+
+  // One decode step: the token at position cache.length; writes its logits (vocab) and
+  // appends its keys and values to the cache.
+  void decode(int token, kv_cache& cache, std::span<float> logits, policy& p) const {
+    check_token(token, "decode");
+    const std::size_t pos = cache.length;
+    if (pos >= seq_len_) {
+      actsparse::detail::fail("llama2c::model::decode", "position", pos,
+                              "a position < seq_len = " + std::to_string(seq_len_) + " (the KV cache is full)");
+    }
+    check_logits(logits, 1, "decode");
+    rows_buffer x(1, dim_);
+    embed(token, x.row(0));
+    for (std::size_t l = 0; l < layers_; ++l) layer(l, pos, x, cache, p);
+    cache.length = pos + 1;
+    classify(x.row(0), logits);
+  }
+
+  // Prefill of tokens at positions [cache.length, cache.length + n): writes the logits of
+  // every position (logits: n × vocab, row-major) and appends to the cache.
+  void prefill(std::span<const int> tokens, kv_cache& cache, std::span<float> logits, policy& p) const {
+    const std::size_t n = tokens.size();
+    if (n == 0) actsparse::detail::fail("llama2c::model::prefill", "tokens", "empty", "at least one token");
+    if (cache.length + n > seq_len_) {
+      actsparse::detail::fail("llama2c::model::prefill", "positions", cache.length + n,
+                              "at most seq_len = " + std::to_string(seq_len_));
+    }
+    check_logits(logits, n, "prefill");
+    for (const int t : tokens) check_token(t, "prefill");
+    const std::size_t start = cache.length;
+    rows_buffer x(n, dim_);
+    for (std::size_t t = 0; t < n; ++t) embed(tokens[t], x.row(t));
+    for (std::size_t l = 0; l < layers_; ++l) layer(l, start, x, cache, p);
+    cache.length = start + n;
+    for (std::size_t t = 0; t < n; ++t) classify(x.row(t), logits.subspan(t * vocab_, vocab_));
+  }
+
+ private:
+  // One layer over the rows of x, at positions [start, start + x.rows): attention for every
+  // row (each sees the cache up to itself), then the FFN of every row through the policy.
+  void layer(std::size_t l, std::size_t start, rows_buffer& x, kv_cache& cache, policy& p) const {
+    const checkpoint& c = *ckpt_;
+    const std::size_t n = x.rows;
+    rows_buffer attn_out(n, dim_);
+    rows_buffer ffn_in(n, dim_);
+    std::vector<float> xb(dim_), q(dim_), att(dim_), scores(seq_len_);
+    float* const kc = cache.k.data() + l * seq_len_ * kv_dim_;
+    float* const vc = cache.v.data() + l * seq_len_ * kv_dim_;
+    for (std::size_t t = 0; t < n; ++t) {  // keys and values of every row first
+      const std::size_t pos = start + t;
+      rmsnorm(x.row(t), c.rms_att(l), xb);
+      const std::span<float> k(kc + pos * kv_dim_, kv_dim_);
+      const std::span<float> v(vc + pos * kv_dim_, kv_dim_);
+      p.linear(l, projection::k, c.wk(l), xb, k);
+      p.linear(l, projection::v, c.wv(l), xb, v);
+      rope(k, pos);
+    }
+    const float scale = 1.0F / std::sqrt(static_cast<float>(head_size_));
+    const std::size_t group = heads_ / kv_heads_;
+    for (std::size_t t = 0; t < n; ++t) {
+      const std::size_t pos = start + t;
+      rmsnorm(x.row(t), c.rms_att(l), xb);
+      p.linear(l, projection::q, c.wq(l), xb, q);
+      rope(q, pos);
+      for (std::size_t h = 0; h < heads_; ++h) {
+        const float* qh = q.data() + h * head_size_;
+        const std::size_t kvh = h / group;
+        float max = -INFINITY;
+        for (std::size_t s = 0; s <= pos; ++s) {
+          const float* ks = kc + s * kv_dim_ + kvh * head_size_;
+          float dot = 0.0F;
+          for (std::size_t i = 0; i < head_size_; ++i) dot += qh[i] * ks[i];
+          scores[s] = dot * scale;
+          max = scores[s] > max ? scores[s] : max;
+        }
+        float sum = 0.0F;
+        for (std::size_t s = 0; s <= pos; ++s) {
+          scores[s] = std::exp(scores[s] - max);
+          sum += scores[s];
+        }
+        float* out = att.data() + h * head_size_;
+        for (std::size_t i = 0; i < head_size_; ++i) out[i] = 0.0F;
+        for (std::size_t s = 0; s <= pos; ++s) {
+          const float a = scores[s] / sum;
+          const float* vs = vc + s * kv_dim_ + kvh * head_size_;
+          for (std::size_t i = 0; i < head_size_; ++i) out[i] += a * vs[i];
+        }
+      }
+      p.linear(l, projection::o, c.wo(l), att, attn_out.row(t));
+      const std::span<float> r = x.row(t);
+      const std::span<const float> ao = attn_out.row(t);
+      for (std::size_t i = 0; i < dim_; ++i) r[i] += ao[i];
+      rmsnorm(r, c.rms_ffn(l), ffn_in.row(t));
+    }
+    p.ffn_prefill(l, ffn_[l], attn_out, ffn_in, x);
+  }
+
+  // RoPE on the pairs (i, i+1) of every head: angle pos·10000^(-(i mod head_size)/head_size).
+  void rope(std::span<float> v, std::size_t pos) const {
+    for (std::size_t i = 0; i + 1 < v.size(); i += 2) {
+      const std::size_t hi = i % head_size_;
+      const float freq = 1.0F / std::pow(10000.0F, static_cast<float>(hi) / static_cast<float>(head_size_));
+      const float angle = static_cast<float>(pos) * freq;
+      const float cr = std::cos(angle);
+      const float ci = std::sin(angle);
+      const float a = v[i];
+      const float b = v[i + 1];
+      v[i] = a * cr - b * ci;
+      v[i + 1] = a * ci + b * cr;
+    }
+  }
+
+  void embed(int token, std::span<float> out) const {
+    const auto emb = ckpt_->token_embedding();
+    const float* row = emb.row(static_cast<std::size_t>(token));
+    for (std::size_t i = 0; i < dim_; ++i) out[i] = row[i];
+  }
+
+  void classify(std::span<const float> x, std::span<float> logits) const {
+    std::vector<float> xn(dim_);
+    rmsnorm(x, ckpt_->rms_final(), xn);
+    const auto w = ckpt_->classifier();
+    const actsparse::reference_backend ref;
+    const auto s = ref.run_with_scratch(actsparse::gemv_args{w, xn, logits, actsparse::subset::everything()});
+    if (!s) actsparse::detail::fail("llama2c::model", "classifier", s.reason, "the reference GEMV to run");
+  }
+
+  void check_token(int token, std::string_view where) const {
+    if (token < 0 || static_cast<std::size_t>(token) >= vocab_) {
+      actsparse::detail::fail("llama2c::model", std::string(where) + " token", token,
+                              "a token id in [0, " + std::to_string(vocab_) + ")");
+    }
+  }
+  void check_logits(std::span<float> logits, std::size_t n, std::string_view where) const {
+    if (logits.size() != n * vocab_) {
+      actsparse::detail::fail("llama2c::model", std::string(where) + " logits.size()", logits.size(),
+                              std::to_string(n) + " x vocab = " + std::to_string(n * vocab_));
+    }
+  }
+
+  const checkpoint* ckpt_;
+  config cfg_;
+  std::size_t dim_ = 0, hidden_ = 0, layers_ = 0, heads_ = 0, kv_heads_ = 0, head_size_ = 0, kv_dim_ = 0, vocab_ = 0,
+              seq_len_ = 0;
+  std::vector<actsparse::ffn_weights> ffn_;
+};
+
+}  // namespace llama2c

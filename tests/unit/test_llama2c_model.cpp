@@ -1,0 +1,127 @@
+// The llama2.c forward pass (examples/llama2c/model.hpp) on the real stories260K model:
+// greedy decoding from BOS gives the documented tokens, decode equals prefill, and a
+// keep-all sparse policy equals dense bit for bit.
+#include "llama2c/checkpoint.hpp"
+#include "llama2c/model.hpp"
+
+#include <actsparse/ops/neuron_sparse_ffn.hpp>
+#include <actsparse/scorers/magnitude.hpp>
+#include <actsparse/selectors/top_k.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+const llama2c::checkpoint& stories() {
+  static const llama2c::checkpoint c = llama2c::checkpoint::load(std::string(ACTSPARSE_DATA_DIR) + "/stories260K.bin");
+  return c;
+}
+
+int argmax(std::span<const float> v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+// A neuron-sparse FFN policy (any scorer × selector) on the reference backend.
+template <class Scorer, class Selector>
+class sparse_policy : public llama2c::policy {
+ public:
+  sparse_policy(Scorer sc, Selector se) : op_{sc, se, actsparse::score_source::gate_activation, {}} {}
+  void ffn(std::size_t, const actsparse::ffn_weights& w, std::span<const float> x, std::span<float> y) override {
+    check(op_(w, x, y, kept_, scratch_, ex_), "neuron-sparse FFN");
+  }
+
+ private:
+  actsparse::neuron_sparse_ffn<Scorer, Selector, actsparse::reference_backend> op_;
+  actsparse::selection kept_;
+  actsparse::ffn_scratch scratch_;
+  actsparse::inline_executor ex_;
+};
+
+}  // namespace
+
+TEST_CASE("llama2c model: greedy decoding from BOS gives the documented tokens") {
+  const llama2c::model m(stories());
+  llama2c::dense_policy dense;
+  auto cache = m.new_cache();
+  std::vector<float> logits(m.vocab());
+  const std::vector<int> want = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426};
+  std::vector<int> got = {1};
+  while (got.size() < want.size()) {
+    m.decode(got.back(), cache, logits, dense);
+    got.push_back(argmax(logits));
+  }
+  CHECK(got == want);
+}
+
+TEST_CASE("llama2c model: incremental decode equals prefill (within 1e-4; in fact bit for bit)") {
+  const llama2c::model m(stories());
+  const std::vector<int> tokens = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 7, 99};
+  for (const bool base_policy : {false, true}) {  // the fused dense FFN, and the FFN through linear()
+    llama2c::policy plain;
+    llama2c::dense_policy fused;
+    llama2c::policy& p = base_policy ? plain : fused;
+    auto pc = m.new_cache();
+    std::vector<float> prefill(tokens.size() * m.vocab());
+    m.prefill(tokens, pc, prefill, p);
+    auto dc = m.new_cache();
+    std::vector<float> step(m.vocab());
+    float worst = 0.0F;
+    bool same = true;
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+      m.decode(tokens[t], dc, step, p);
+      for (std::size_t i = 0; i < m.vocab(); ++i) {
+        worst = std::max(worst, std::fabs(step[i] - prefill[t * m.vocab() + i]));
+        same = same && std::memcmp(&step[i], &prefill[t * m.vocab() + i], sizeof(float)) == 0;
+      }
+    }
+    CHECK(worst <= 1e-4F);
+    CHECK(same);
+    CHECK(pc.length == tokens.size());
+    CHECK(dc.length == tokens.size());
+    // Prefill in two pieces equals one prefill.
+    auto split = m.new_cache();
+    std::vector<float> a(5 * m.vocab());
+    std::vector<float> b((tokens.size() - 5) * m.vocab());
+    m.prefill(std::span<const int>(tokens).first(5), split, a, p);
+    m.prefill(std::span<const int>(tokens).subspan(5), split, b, p);
+    CHECK(std::memcmp(a.data(), prefill.data(), a.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(b.data(), prefill.data() + a.size(), b.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("llama2c model: a keep-all sparse policy gives the dense logits and tokens bit for bit") {
+  const llama2c::model m(stories());
+  llama2c::dense_policy dense;
+  sparse_policy keep_all(actsparse::magnitude{}, actsparse::top_k::by_ratio(1.0));
+  sparse_policy half(actsparse::magnitude{}, actsparse::top_k::by_ratio(0.5));
+  std::vector<int> tokens = {1};
+  for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 11) % 512);
+  std::vector<float> want(tokens.size() * m.vocab());
+  std::vector<float> got(want.size());
+  auto c1 = m.new_cache();
+  auto c2 = m.new_cache();
+  m.prefill(tokens, c1, want, dense);
+  m.prefill(tokens, c2, got, keep_all);
+  CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
+  auto c3 = m.new_cache();
+  m.prefill(tokens, c3, got, half);  // a real sparse policy changes the logits
+  CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0);
+}
+
+TEST_CASE("llama2c model: bad tokens, a full cache and wrong logit sizes are errors") {
+  const llama2c::model m(stories());
+  llama2c::dense_policy dense;
+  auto cache = m.new_cache();
+  std::vector<float> logits(m.vocab());
+  CHECK_THROWS_AS(m.decode(-1, cache, logits, dense), actsparse::error);
+  CHECK_THROWS_AS(m.decode(512, cache, logits, dense), actsparse::error);
+  std::vector<float> short_logits(3);
+  CHECK_THROWS_AS(m.decode(1, cache, short_logits, dense), actsparse::error);
+  CHECK_THROWS_AS(m.prefill({}, cache, logits, dense), actsparse::error);
+  cache.length = m.seq_len();
+  CHECK_THROWS_AS(m.decode(1, cache, logits, dense), actsparse::error);
+}
