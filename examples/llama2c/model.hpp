@@ -6,13 +6,17 @@
 //   policy::linear       y = W·x for one of the seven projections (q, k, v, o, gate, up, down)
 //   policy::ffn          the FFN of one token (decode, and prefill unless ffn_prefill is overridden)
 //   policy::ffn_prefill  the FFN of every token of a prefill (token-sparse policies override it)
-// The defaults run the reference backend densely. A step of decode and a row of prefill run
+// The defaults run the CPU backend (Highway SIMD) densely: a program that includes this file
+// defines the CPU kernels in one translation unit (ACTSPARSE_CPU_IMPLEMENTATION, see
+// actsparse/backends/cpu/implementation.hpp). The model keeps W_downᵀ of every layer
+// (cpu::transpose at load), which the CPU backend's neuron-sparse FFN reads. A step of decode and a row of prefill run
 // the same operations on the same values in the same order, so their logits are equal bit
 // for bit (the tests check it within 1e-4 as the contract, and bit for bit as the fact).
 
-#include "llama2c/checkpoint.hpp"
+#include "checkpoint.hpp"
 
-#include <actsparse/backends/reference.hpp>
+#include <actsparse/backends/cpu/backend.hpp>
+#include <actsparse/backends/cpu/repack.hpp>
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/op_args.hpp>
 #include <actsparse/ops/ffn_weights.hpp>
@@ -62,12 +66,13 @@ class policy {
                       std::span<float> y) {
     (void)layer;
     (void)p;
-    check(backend_.run_with_scratch(actsparse::gemv_args{w, x, y, actsparse::subset::everything()}), "gemv");
+    check(actsparse::detail::run_op(backend_, actsparse::gemv_args{w, x, y, actsparse::subset::everything()},
+                                    workspace_, ex_),
+          "gemv");
   }
 
   // y = W_down (act(W_gate x) ⊙ W_up x) for one token. The default computes it through
-  // linear() (so a policy that sparsifies the projections sparsifies the FFN too) with the
-  // same fma chain per value as the reference backend's dense FFN.
+  // linear() (so a policy that sparsifies the projections sparsifies the FFN too).
   virtual void ffn(std::size_t layer, const actsparse::ffn_weights& w, std::span<const float> x, std::span<float> y) {
     const std::size_t d_ff = w.d_ff();
     gate_.resize(d_ff);
@@ -96,13 +101,15 @@ class policy {
     if (!s) actsparse::detail::fail("llama2c::policy", what, s.reason, "a backend that handles it");
   }
 
-  actsparse::reference_backend backend_{};
+  actsparse::cpu_backend backend_{};
+  actsparse::cpu::executor ex_{};  // the calling thread
 
  private:
+  std::vector<std::byte> workspace_;
   std::vector<float> gate_, up_, out_;
 };
 
-// A dense FFN policy through the reference backend's fused FFN (the baseline of the demo).
+// A dense FFN policy through the CPU backend's fused FFN (the baseline of the demo).
 class dense_policy : public policy {
  public:
   void ffn(std::size_t, const actsparse::ffn_weights& w, std::span<const float> x, std::span<float> y) override {
@@ -111,7 +118,6 @@ class dense_policy : public policy {
 
  private:
   actsparse::ffn_scratch scratch_;
-  actsparse::inline_executor ex_;
 };
 
 // x / sqrt(mean(x²) + 1e-5) · weight, in f32 with a fixed order.
@@ -137,11 +143,15 @@ class model {
     if (head_size_ % 2 != 0) {
       actsparse::detail::fail("llama2c::model", "head size", head_size_, "an even head size (RoPE rotates pairs)");
     }
+    for (std::size_t l = 0; l < layers_; ++l) down_t_.push_back(actsparse::cpu::transpose(c.w2(l)));
     for (std::size_t l = 0; l < layers_; ++l) {
       // llama2.c: h = silu(w1·x) ⊙ (w3·x), y = w2·h: gate = w1, up = w3, down = w2.
-      ffn_.push_back(actsparse::ffn_weights{actsparse::activation::silu, c.w1(l), c.w3(l), c.w2(l)});
+      ffn_.push_back(actsparse::ffn_weights{actsparse::activation::silu, c.w1(l), c.w3(l), c.w2(l), down_t_[l].view});
     }
   }
+
+  model(const model&) = delete;  // ffn_ points into down_t_
+  model& operator=(const model&) = delete;
 
   [[nodiscard]] const config& cfg() const noexcept { return cfg_; }
   [[nodiscard]] std::size_t dim() const noexcept { return dim_; }
@@ -284,9 +294,10 @@ class model {
     std::vector<float> xn(dim_);
     rmsnorm(x, ckpt_->rms_final(), xn);
     const auto w = ckpt_->classifier();
-    const actsparse::reference_backend ref;
-    const auto s = ref.run_with_scratch(actsparse::gemv_args{w, xn, logits, actsparse::subset::everything()});
-    if (!s) actsparse::detail::fail("llama2c::model", "classifier", s.reason, "the reference GEMV to run");
+    const actsparse::cpu_backend cpu;
+    actsparse::cpu::executor ex;
+    const auto s = cpu.run(actsparse::gemv_args{w, xn, logits, actsparse::subset::everything()}, {}, ex);
+    if (!s) actsparse::detail::fail("llama2c::model", "classifier", s.reason, "the CPU GEMV to run");
   }
 
   void check_token(int token, std::string_view where) const {
@@ -306,6 +317,7 @@ class model {
   config cfg_;
   std::size_t dim_ = 0, hidden_ = 0, layers_ = 0, heads_ = 0, kv_heads_ = 0, head_size_ = 0, kv_dim_ = 0, vocab_ = 0,
               seq_len_ = 0;
+  std::vector<actsparse::cpu::owned_weights> down_t_;
   std::vector<actsparse::ffn_weights> ffn_;
 };
 

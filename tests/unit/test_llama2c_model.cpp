@@ -25,7 +25,7 @@ const llama2c::checkpoint& stories() {
 
 int argmax(std::span<const float> v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
-// A neuron-sparse FFN policy (any scorer × selector) on the reference backend.
+// A neuron-sparse FFN policy (any scorer × selector) on the CPU backend, as dense_policy.
 template <class Scorer, class Selector>
 class sparse_policy : public llama2c::policy {
  public:
@@ -35,10 +35,9 @@ class sparse_policy : public llama2c::policy {
   }
 
  private:
-  actsparse::neuron_sparse_ffn<Scorer, Selector, actsparse::reference_backend> op_;
+  actsparse::neuron_sparse_ffn<Scorer, Selector, actsparse::cpu_backend> op_;
   actsparse::selection kept_;
   actsparse::ffn_scratch scratch_;
-  actsparse::inline_executor ex_;
 };
 
 }  // namespace

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Checks a model demo JSON (every row has the documented keys with sane values; dense is
+the reference) and that scripts/demo_plots.py draws its plots from it. Usage: JSON."""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+KEYS = ["policy", "kept_fraction", "bytes_fraction", "kl", "top1", "ppl", "tokens_per_s"]
+
+
+def main(path):
+    with open(path, encoding="utf-8") as f:
+        demo = json.load(f)
+    rows = demo["rows"]
+    assert rows, "no rows"
+    for r in rows:
+        for k in KEYS:
+            assert k in r, "row %r lacks %s" % (r.get("policy"), k)
+        assert 0.0 < r["kept_fraction"] <= 1.0 + 1e-9, r
+        assert 0.0 < r["bytes_fraction"] <= 1.0 + 1e-9, r
+        assert r["kl"] >= -1e-12 and 0.0 <= r["top1"] <= 1.0 and r["ppl"] >= 1.0 and r["tokens_per_s"] > 0, r
+    dense = [r for r in rows if r["policy"] == "dense"]
+    assert len(dense) == 1 and dense[0]["kl"] == 0 and dense[0]["top1"] == 1, dense
+    names = {r["policy"] for r in rows}
+    for want in ["magnitude top_k 50%", "weight_aware top_k 50%", "gate weight_aware top_k 50%",
+                 "magnitude cumulative_mass 0.90", "CATS 50% sparse", "TEAL 50% sparse", "token-sparse speed"]:
+        assert want in names, "missing row " + want
+    # Fewer neurons kept, more KL: the 25% rows of each top-k scorer are worse than the 90% ones.
+    for s in ["magnitude", "weight_aware", "gate weight_aware"]:
+        k90 = [r["kl"] for r in rows if r["policy"] == s + " top_k 90%"][0]
+        k25 = [r["kl"] for r in rows if r["policy"] == s + " top_k 25%"][0]
+        assert k25 > k90, (s, k90, k25)
+    assert "greedy_dense" in demo and "greedy_sparse" in demo
+    with tempfile.TemporaryDirectory() as out:
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_plots.py")
+        subprocess.run([sys.executable, script, path, "--out-dir", out, "--bench", os.path.join(out, "none.json")],
+                       check=True, stdout=subprocess.DEVNULL)
+        svg = open(os.path.join(out, "kl_vs_kept.svg"), encoding="utf-8").read()
+        assert svg.startswith("<?xml") and svg.count('class="series"') >= 5, "KL plot lacks its lines"
+        assert not os.path.exists(os.path.join(out, "speedup_vs_activity.svg"))
+    print("demo JSON and plots: ok (%d rows)" % len(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
