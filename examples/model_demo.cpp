@@ -5,10 +5,15 @@
 // policy) of the next-token distributions, top-1 agreement with dense, perplexity and decode
 // tokens/s. Thresholds (CATS, TEAL) are calibrated on a separate calibration sample.
 //
-//   model_demo [--checkpoint PATH] [--tokenizer PATH] [--sequences N] [--length N]
+//   model_demo [--checkpoint PATH] [--sequences N] [--length N]
 //              [--json PATH] [--threads N] [--quick]
 //
 // Sequences are spread over --threads workers (default: every CPU); results do not depend on it.
+//
+//   model_demo --synthetic 7b|3b|tiny [--dtype f32|f16|bf16|q8_0|q4_0] [--layers N] [--tokens N]
+//              [--context N] [--threads N] [--json PATH]
+//
+// decodes through a random-weight stack of that shape instead (speed at a realistic size).
 //
 // Writes a table to stdout, a progress bar to stderr, and the rows as JSON (default
 // demo-results/latest.json; scripts/demo_plots.py draws the plots from it).
@@ -22,6 +27,7 @@
 
 #include <actsparse/backends/reference.hpp>
 #include <actsparse/calibration/threshold_calibration.hpp>
+#include <actsparse/core/quantize.hpp>
 #include <actsparse/ops/input_sparse_linear.hpp>
 #include <actsparse/ops/neuron_sparse_ffn.hpp>
 #include <actsparse/ops/token_sparse_ffn.hpp>
@@ -465,6 +471,252 @@ std::vector<int> greedy(const model& m, policy& p, std::size_t n) {
   return out;
 }
 
+// ---------------------------------------------------------------- --synthetic ----------
+// A random-weight Llama-shaped stack at a realistic size (7b: d_model 4096, d_ff 11008, 32
+// heads; 3b: 2048, 11008, 16 heads), weights in any CPU dtype, running real decode steps:
+// RMSNorm, q/k/v/o GEMVs, attention over a KV cache of `context` positions, and the FFN
+// through the same operators (dense_ffn, or neuron_sparse_ffn with magnitude of act(gate)
+// and top_k at activity a, on the CPU backend's thread pool). It reports tokens/s and the
+// time in the FFN and outside it, so the end-to-end gain is measured, not only the FFN's.
+
+struct synthetic_options {
+  std::string shape = "7b";
+  dtype type = dtype::bf16;
+  std::size_t layers = 4;
+  std::size_t tokens = 8;
+  std::size_t context = 256;
+  std::size_t threads = std::max(1U, std::thread::hardware_concurrency());
+  std::string json = "demo-results/synthetic.json";
+};
+
+// Owned weights of any dtype, from random values in [-scale, scale].
+struct owned_matrix {
+  std::vector<std::byte> bytes;
+  weight_view view;
+};
+
+template <class T>
+owned_matrix random_matrix_as(std::size_t rows, std::size_t cols, float scale, std::uint64_t seed) {
+  owned_matrix m;
+  const std::size_t stride = row_bytes(dtype_traits<T>::type, cols);
+  m.bytes.resize(rows * stride);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> row(cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = u(rng);
+    quantize_row(row.data(), reinterpret_cast<T*>(m.bytes.data() + r * stride), cols);
+  }
+  m.view = weight_view(m.bytes.data(), dtype_traits<T>::type, rows, cols, stride);
+  return m;
+}
+
+owned_matrix random_matrix(dtype t, std::size_t rows, std::size_t cols, float scale, std::uint64_t seed) {
+  switch (t) {
+    case dtype::f32:
+      return random_matrix_as<float>(rows, cols, scale, seed);
+    case dtype::f16:
+      return random_matrix_as<f16>(rows, cols, scale, seed);
+    case dtype::bf16:
+      return random_matrix_as<bf16>(rows, cols, scale, seed);
+    case dtype::q8_0:
+      return random_matrix_as<block_q8_0>(rows, cols, scale, seed);
+    case dtype::q4_0:
+      return random_matrix_as<block_q4_0>(rows, cols, scale, seed);
+  }
+  detail::fail("model_demo --synthetic", "dtype", static_cast<int>(t), "f32, f16, bf16, q8_0 or q4_0");
+}
+
+// A copy in fresh memory (layers share values, never bytes: each layer is read from DRAM).
+owned_matrix copy_of(const owned_matrix& m) {
+  owned_matrix c;
+  c.bytes = m.bytes;
+  c.view = m.view;
+  c.view.data = c.bytes.data();
+  return c;
+}
+
+struct synthetic_layer {
+  owned_matrix wq, wk, wv, wo, gate, up, down_t;
+  std::vector<float> k_cache, v_cache;  // [context × d_model]
+};
+
+struct synthetic_row {
+  std::string policy;
+  double activity = 1.0;
+  double tokens_per_s = 0.0;
+  double ms_per_token = 0.0;
+  double ffn_ms = 0.0;
+  double other_ms = 0.0;
+};
+
+int run_synthetic(const synthetic_options& o) {
+  std::size_t d_model = 4096;
+  std::size_t heads = 32;
+  std::size_t d_ff = 11008;
+  if (o.shape == "3b") {
+    d_model = 2048;
+    heads = 16;
+  } else if (o.shape == "tiny") {  // for tests: the same code path in milliseconds
+    d_model = 256;
+    d_ff = 704;
+    heads = 4;
+  } else if (o.shape != "7b") {
+    detail::fail("model_demo", "--synthetic", o.shape, "7b, 3b or tiny");
+  }
+  const std::size_t head_size = d_model / heads;
+  std::fprintf(stderr, "building %zu random %s layers of the %s shape (d_model %zu, d_ff %zu)...\n", o.layers,
+               std::string(name(o.type)).c_str(), o.shape.c_str(), d_model, d_ff);
+  synthetic_layer first;
+  const float sm = 1.0F / std::sqrt(static_cast<float>(d_model));
+  first.wq = random_matrix(o.type, d_model, d_model, sm, 1);
+  first.wk = random_matrix(o.type, d_model, d_model, sm, 2);
+  first.wv = random_matrix(o.type, d_model, d_model, sm, 3);
+  first.wo = random_matrix(o.type, d_model, d_model, sm, 4);
+  first.gate = random_matrix(o.type, d_ff, d_model, sm, 5);
+  first.up = random_matrix(o.type, d_ff, d_model, sm, 6);
+  first.down_t = random_matrix(o.type, d_ff, d_model, 1.0F / std::sqrt(static_cast<float>(d_ff)), 7);
+  std::vector<synthetic_layer> layers;
+  for (std::size_t l = 0; l < o.layers; ++l) {
+    synthetic_layer s;
+    for (auto [dst, src] : {std::pair{&s.wq, &first.wq},
+                            {&s.wk, &first.wk},
+                            {&s.wv, &first.wv},
+                            {&s.wo, &first.wo},
+                            {&s.gate, &first.gate},
+                            {&s.up, &first.up},
+                            {&s.down_t, &first.down_t}}) {
+      *dst = copy_of(*src);
+    }
+    std::mt19937_64 rng(100 + l);
+    std::uniform_real_distribution<float> u(-1.0F, 1.0F);
+    s.k_cache.resize(o.context * d_model);
+    s.v_cache.resize(o.context * d_model);
+    for (float& v : s.k_cache) v = u(rng);
+    for (float& v : s.v_cache) v = u(rng);
+    layers.push_back(std::move(s));
+  }
+  first = {};
+
+  cpu::thread_pool pool(o.threads);
+  cpu::executor ex(pool);
+  const cpu_backend cpu;
+  std::vector<std::byte> workspace;
+  const auto gemv = [&](const weight_view& w, std::span<const float> x, std::span<float> y) {
+    if (!detail::run_op(cpu, gemv_args{w, x, y, subset::everything()}, workspace, ex)) {
+      detail::fail("model_demo --synthetic", "gemv", name(w.type), "a dtype the CPU backend handles");
+    }
+  };
+
+  std::vector<synthetic_row> rows;
+  std::vector<float> x(d_model), xb(d_model), q(d_model), k(d_model), v(d_model), att(d_model), o_out(d_model),
+      ffn_out(d_model), scores(o.context);
+  bool warm = false;  // a first dense pass, not reported, brings the whole stack through once
+  for (const double a : {1.0, 1.0, 0.8, 0.6, 0.4, 0.2, 0.1, 0.05}) {
+    const bool dense = a >= 1.0;
+    const neuron_sparse_ffn<magnitude, top_k, cpu_backend> op{
+        magnitude{}, top_k::by_ratio(a), score_source::gate_activation, {}};
+    ffn_scratch scratch;
+    selection kept;
+    double ffn_s = 0.0;
+    double total_s = 0.0;
+    std::mt19937_64 rng(9);
+    std::uniform_real_distribution<float> u(-1.0F, 1.0F);
+    for (std::size_t step = 0; step < o.tokens + 1; ++step) {  // the first step warms up, untimed
+      for (float& e : x) e = u(rng);
+      double step_ffn = 0.0;
+      const auto start = std::chrono::steady_clock::now();
+      for (std::size_t l = 0; l < layers.size(); ++l) {
+        synthetic_layer& L = layers[l];
+        const std::vector<float> ones(d_model, 1.0F);
+        llama2c::rmsnorm(x, ones, xb);
+        gemv(L.wq.view, xb, q);
+        gemv(L.wk.view, xb, k);
+        gemv(L.wv.view, xb, v);
+        const std::size_t pos = step % o.context;  // the new token overwrites a cache slot
+        std::copy(k.begin(), k.end(), L.k_cache.begin() + static_cast<std::ptrdiff_t>(pos * d_model));
+        std::copy(v.begin(), v.end(), L.v_cache.begin() + static_cast<std::ptrdiff_t>(pos * d_model));
+        const float scale = 1.0F / std::sqrt(static_cast<float>(head_size));
+        for (std::size_t h = 0; h < heads; ++h) {
+          float max = -INFINITY;
+          for (std::size_t s = 0; s < o.context; ++s) {
+            const float* ks = L.k_cache.data() + s * d_model + h * head_size;
+            float dot = 0.0F;
+            for (std::size_t i = 0; i < head_size; ++i) dot += q[h * head_size + i] * ks[i];
+            scores[s] = dot * scale;
+            max = std::max(max, scores[s]);
+          }
+          float sum = 0.0F;
+          for (std::size_t s = 0; s < o.context; ++s) sum += scores[s] = std::exp(scores[s] - max);
+          for (std::size_t i = 0; i < head_size; ++i) att[h * head_size + i] = 0.0F;
+          for (std::size_t s = 0; s < o.context; ++s) {
+            const float w = scores[s] / sum;
+            const float* vs = L.v_cache.data() + s * d_model + h * head_size;
+            for (std::size_t i = 0; i < head_size; ++i) att[h * head_size + i] += w * vs[i];
+          }
+        }
+        gemv(L.wo.view, att, o_out);
+        for (std::size_t i = 0; i < d_model; ++i) x[i] += o_out[i];
+        llama2c::rmsnorm(x, ones, xb);
+        const ffn_weights w{activation::silu, L.gate.view, L.up.view, weight_view{}, L.down_t.view};
+        const auto f0 = std::chrono::steady_clock::now();
+        const status st = dense ? dense_ffn(cpu, w, xb, ffn_out, scratch, ex) : op(w, xb, ffn_out, kept, scratch, ex);
+        step_ffn += std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+        if (!st) detail::fail("model_demo --synthetic", "FFN", st.reason, "the CPU backend to run it");
+        for (std::size_t i = 0; i < d_model; ++i) x[i] += ffn_out[i] * 1e-3F;  // keep x bounded
+      }
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (step > 0) {
+        total_s += t;
+        ffn_s += step_ffn;
+      }
+    }
+    if (!warm) {
+      warm = true;
+      continue;
+    }
+    const double n = static_cast<double>(o.tokens);
+    char label[48];
+    std::snprintf(label, sizeof label, dense ? "dense" : "top_k a=%.2f", a);
+    rows.push_back({label, a, n / total_s, 1e3 * total_s / n, 1e3 * ffn_s / n, 1e3 * (total_s - ffn_s) / n});
+    std::fprintf(stderr, "  %s: %.2f tokens/s\n", label, n / total_s);
+  }
+
+  const synthetic_row& d = rows.front();
+  std::printf(
+      "actsparse synthetic decode: %zu random %s layers of the %s shape (d_model %zu, d_ff %zu, %zu heads), "
+      "KV context %zu, %zu threads, %zu tokens per row\n\n",
+      o.layers, std::string(name(o.type)).c_str(), o.shape.c_str(), d_model, d_ff, heads, o.context, o.threads,
+      o.tokens);
+  std::printf("%-14s %9s %9s %9s %9s %9s %9s %9s\n", "policy", "tok/s", "ms/tok", "FFN ms", "other ms", "speed-up",
+              "FFN x", "ideal");
+  std::printf("%s\n", std::string(86, '-').c_str());
+  for (const synthetic_row& r : rows) {
+    std::printf("%-14s %9.2f %9.2f %9.2f %9.2f %9.3f %9.3f %9.3f\n", r.policy.c_str(), r.tokens_per_s, r.ms_per_token,
+                r.ffn_ms, r.other_ms, r.tokens_per_s / d.tokens_per_s, d.ffn_ms / r.ffn_ms,
+                3.0 / (1.0 + 2.0 * r.activity));
+  }
+  std::printf(
+      "\nspeed-up: end to end over dense; FFN x: FFN time of dense / this; ideal: the FFN's 3/(1+2a) (the gate is\n"
+      "read whole to score act(gate), up and W_down^T rows only for kept neurons). other: attention and norms.\n");
+
+  const std::filesystem::path p(o.json);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  std::ofstream f(o.json);
+  if (!f) detail::fail("model_demo", "--json", o.json, "a writable path");
+  f << "{\n \"shape\": \"" << o.shape << "\", \"dtype\": \"" << name(o.type) << "\", \"layers\": " << o.layers
+    << ", \"threads\": " << o.threads << ", \"context\": " << o.context << ",\n \"rows\": [\n";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const synthetic_row& r = rows[i];
+    f << "  {\"policy\": \"" << r.policy << "\", \"activity\": " << json_number(r.activity)
+      << ", \"tokens_per_s\": " << json_number(r.tokens_per_s) << ", \"ffn_ms\": " << json_number(r.ffn_ms)
+      << ", \"other_ms\": " << json_number(r.other_ms) << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  f << " ]\n}\n";
+  std::printf("\nwrote %s\n", o.json.c_str());
+  return 0;
+}
+
 options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
@@ -512,7 +764,63 @@ options parse(int argc, char** argv) {
 
 }  // namespace
 
+// --synthetic SHAPE [--dtype T] [--layers N] [--tokens N] [--context N] [--threads N] [--json PATH]
+synthetic_options parse_synthetic(int argc, char** argv) {
+  synthetic_options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) detail::fail("model_demo", a, "no value", "a value after " + a);
+      return argv[++i];
+    };
+    const auto count = [&](std::size_t lo, std::size_t hi) {
+      const std::string v = value();
+      std::size_t pos = 0;
+      unsigned long n = 0;
+      try {
+        n = std::stoul(v, &pos);
+      } catch (const std::exception&) {
+        pos = 0;
+      }
+      if (pos != v.size() || n < lo || n > hi) {
+        detail::fail("model_demo", a, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      }
+      return static_cast<std::size_t>(n);
+    };
+    if (a == "--synthetic") {
+      o.shape = value();
+    } else if (a == "--dtype") {
+      const std::string t = value();
+      bool found = false;
+      for (const dtype d : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+        if (t == name(d)) {
+          o.type = d;
+          found = true;
+        }
+      }
+      if (!found) detail::fail("model_demo", "--dtype", t, "one of f32, f16, bf16, q8_0, q4_0");
+    } else if (a == "--layers") {
+      o.layers = count(1, 64);
+    } else if (a == "--tokens") {
+      o.tokens = count(1, 100000);
+    } else if (a == "--context") {
+      o.context = count(1, 1 << 16);
+    } else if (a == "--threads") {
+      o.threads = count(1, 256);
+    } else if (a == "--json") {
+      o.json = value();
+    } else {
+      detail::fail("model_demo --synthetic", "argument", a,
+                   "one of --dtype T, --layers N, --tokens N, --context N, --threads N, --json PATH");
+    }
+  }
+  return o;
+}
+
 int main(int argc, char** argv) try {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--synthetic") return run_synthetic(parse_synthetic(argc, argv));
+  }
   const options o = parse(argc, argv);
   const llama2c::checkpoint ckpt = llama2c::checkpoint::load(o.checkpoint);
   const model m(ckpt);
