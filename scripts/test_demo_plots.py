@@ -41,7 +41,10 @@ def main(path):
         svg = open(os.path.join(out, "kl_vs_kept.svg"), encoding="utf-8").read()
         assert svg.startswith("<?xml") and svg.count('class="series"') >= 5, "KL plot lacks its lines"
         assert not os.path.exists(os.path.join(out, "speedup_vs_activity.svg"))
-    print("demo JSON and plots: ok (%d rows)" % len(rows))
+    summary = subprocess.run([sys.executable, os.path.join(os.path.dirname(script), "quality_summary.py"), path],
+                             check=True, capture_output=True, text=True).stdout
+    assert "| magnitude (top_k) |" in summary and "Token-sparse prefill" in summary, summary
+    print("demo JSON, plots and quality summary: ok (%d rows)" % len(rows))
     return 0
 
 
