@@ -12,7 +12,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -274,4 +276,109 @@ TEST_CASE("cpu gated FFN with q8_0 / q4_0 weights matches the double oracle on e
       }
     }
   }
+}
+
+namespace {
+
+// residual + FFN(input[t]) for the kept tokens, on the CPU backend.
+std::vector<float> run_cpu_tokens(const cpu_ffn_weights& f, bool with_down_t, const std::vector<float>& input,
+                                  const std::vector<float>& residual, std::size_t d_model, subset tokens,
+                                  cpu::executor ex = {}) {
+  const std::size_t n = input.size() / d_model;
+  std::vector<float> out = residual;
+  const token_ffn_args a{activation::silu,
+                         f.gate.view,
+                         f.up.view,
+                         with_down_t ? weight_view{} : f.down.view,
+                         matrix_view<const float>::packed(input.data(), n, d_model),
+                         matrix_view<float>::packed(out.data(), n, d_model),
+                         tokens,
+                         with_down_t ? f.down_t.view : weight_view{}};
+  const cpu_backend cpu;
+  std::vector<float> workspace((cpu.workspace_size(a) + sizeof(float) - 1) / sizeof(float));
+  const status s = cpu.run(a, std::as_writable_bytes(std::span<float>(workspace)), ex);
+  REQUIRE_MESSAGE(s, std::string(s.reason));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cpu token FFN: each kept token equals its dense decode FFN bit for bit; others are untouched") {
+  std::mt19937 rng(46);
+  for (const dtype t : {dtype::f32, dtype::bf16, dtype::q8_0}) {
+    const std::size_t d_model = 96;
+    const std::size_t d_ff = 200;
+    const cpu_ffn_weights f = make_cpu_ffn(t, d_model, d_ff, rng);
+    const std::size_t n = 11;
+    const std::vector<float> input = random_vector(n * d_model, rng);
+    const std::vector<float> residual = random_vector(n * d_model, rng);
+    const std::vector<std::uint32_t> kept = {0, 3, 4, 10};
+    for_each_target([&] {
+      for (const bool with_down_t : {true, false}) {
+        INFO(name(t), " down_t ", with_down_t);
+        const auto sparse = run_cpu_tokens(f, with_down_t, input, residual, d_model, subset::only(kept));
+        const auto all = run_cpu_tokens(f, with_down_t, input, residual, d_model, subset::everything());
+        for (std::size_t tok = 0; tok < n; ++tok) {
+          const std::span<const float> x(input.data() + tok * d_model, d_model);
+          std::vector<float> y(d_model);
+          gated_ffn_args a = args_of(f, activation::silu, x, y, subset::everything());
+          if (!with_down_t) {
+            a.down = f.down.view;
+            a.down_t = weight_view{};
+          }
+          const auto ffn = run_cpu(a);
+          std::vector<float> want(d_model);
+          for (std::size_t c = 0; c < d_model; ++c) want[c] = residual[tok * d_model + c] + ffn[c];
+          const bool is_kept = std::find(kept.begin(), kept.end(), tok) != kept.end();
+          const std::span<const float> got_sparse(sparse.data() + tok * d_model, d_model);
+          const std::span<const float> got_all(all.data() + tok * d_model, d_model);
+          CHECK(same_bits(got_all, want));
+          CHECK(same_bits(got_sparse, is_kept ? std::span<const float>(want)
+                                              : std::span<const float>(residual.data() + tok * d_model, d_model)));
+        }
+      }
+    });
+    // Thread counts: the same bits.
+    const auto one = run_cpu_tokens(f, true, input, residual, d_model, subset::only(kept));
+    for (const std::size_t threads : {2U, 3U}) {
+      cpu::thread_pool pool(threads);
+      CHECK(same_bits(run_cpu_tokens(f, true, input, residual, d_model, subset::only(kept), cpu::executor(pool)), one));
+    }
+  }
+}
+
+TEST_CASE("cpu token FFN matches the reference backend and backs token_sparse_ffn") {
+  std::mt19937 rng(47);
+  const std::size_t d_model = 64;
+  const std::size_t d_ff = 150;
+  const cpu_ffn_weights f = make_cpu_ffn(dtype::f32, d_model, d_ff, rng);
+  const std::size_t n = 9;
+  const std::vector<float> input = random_vector(n * d_model, rng);
+  const std::vector<float> residual = random_vector(n * d_model, rng);
+  const std::vector<std::uint32_t> kept = {1, 2, 8};
+  const auto got = run_cpu_tokens(f, true, input, residual, d_model, subset::only(kept));
+  std::vector<float> want = residual;
+  const token_ffn_args ra{activation::silu,
+                          f.gate.view,
+                          f.up.view,
+                          f.down.view,
+                          matrix_view<const float>::packed(input.data(), n, d_model),
+                          matrix_view<float>::packed(want.data(), n, d_model),
+                          subset::only(kept)};
+  REQUIRE(reference_backend{}.run_with_scratch(ra));
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CHECK(std::fabs(got[i] - want[i]) <= 1e-4F * (1.0F + std::fabs(want[i])));
+  }
+  // A split executor is declined (the phases need a barrier); bad shapes are errors.
+  cpu::executor split = cpu::executor::split({0, 2});
+  std::vector<float> out = residual;
+  token_ffn_args a = ra;
+  a.down = weight_view{};
+  a.down_t = f.down_t.view;
+  a.residual = matrix_view<float>::packed(out.data(), n, d_model);
+  std::vector<std::byte> workspace(cpu_backend{}.workspace_size(a));
+  CHECK_FALSE(cpu_backend{}.run(a, workspace, split));
+  a.residual = matrix_view<float>::packed(out.data(), n - 1, d_model);
+  cpu::executor ex;
+  CHECK_THROWS_AS((void)cpu_backend{}.run(a, workspace, ex), error);
 }

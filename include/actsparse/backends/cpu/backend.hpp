@@ -5,8 +5,8 @@
 //
 // Operations: dense and row-gather GEMV (gemv_args), the input-sparse linear over a
 // transposed weight (transposed_linear_args, a row axpy), and the gated FFN for decode, dense
-// or neuron-sparse (gated_ffn_args), for f32, f16, bf16, q8_0 and q4_0 weights (the block
-// types dequantized in registers, quant-inl.h). What it does not handle answers "not handled", so an
+// or neuron-sparse (gated_ffn_args), the token-sparse prefill FFN (token_ffn_args), for f32, f16, bf16, q8_0 and q4_0
+// weights (the block types dequantized in registers, quant-inl.h). What it does not handle answers "not handled", so an
 // engine or the ops layer falls back to another backend.
 
 #include <actsparse/backends/cpu/executor.hpp>
@@ -17,6 +17,7 @@
 #include <actsparse/core/op_args.hpp>
 #include <actsparse/core/views.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -238,6 +239,77 @@ struct cpu_backend {
     return status::ok();
   }
 
+  // --- residual[t] += FFN(input[t]) for the kept tokens t (token-sparse prefill) -------------
+  // Weights are read once per call, not once per token: phase 1 walks gate and up in groups
+  // of 8 rows (L2-resident while every kept token uses them), phase 2 walks down_t in tiles
+  // of 64 output columns (or W_down in groups of 8 rows) the same way. Every value goes
+  // through the same row kernels as the decode FFN, so a kept token's update equals the
+  // dense gated FFN of that token bit for bit, whatever else is kept and on any thread count.
+  [[nodiscard]] status can_implement(const token_ffn_args& a) const noexcept {
+    return can_implement(gated_ffn_args{a.act, a.gate, a.up, a.down, {}, {}, subset::everything(), {}, a.down_t});
+  }
+  // f32 scratch: g and h of every kept token (2 × tokens × d_ff), and y (tokens × d_model).
+  [[nodiscard]] std::size_t workspace_size(const token_ffn_args& a) const noexcept {
+    const std::size_t k = a.tokens.count(a.input.rows);
+    return k * (2 * a.gate.rows + a.gate.cols) * sizeof(float);
+  }
+  status run(const token_ffn_args& a, std::span<std::byte> workspace, executor_type& ex) const {
+    if (const status s = can_implement(a); !s) return s;
+    if (ex.splits_work()) {
+      return status::not_handled("cpu: the token FFN needs a barrier between its two phases (see gated_ffn_args)");
+    }
+    constexpr std::string_view where = "cpu::token_ffn";
+    check_arguments(a, where);
+    const std::size_t k = a.tokens.count(a.input.rows);
+    if (k == 0) return status::ok();
+    const std::size_t d_ff = a.gate.rows;
+    const std::size_t d_model = a.gate.cols;
+    float* const g = scratch(workspace, workspace_size(a), where);  // [k × d_ff]
+    float* const h = g + k * d_ff;                                  // [k × d_ff]
+    float* const y = h + k * d_ff;                                  // [k × d_model]
+    const auto token = [&](std::size_t i) { return a.tokens.all ? i : a.tokens.indices[i]; };
+    const auto input = [&](std::size_t i) { return a.input.row(token(i)); };
+    constexpr std::size_t group = 8;
+    const std::size_t row_tasks = (d_ff + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
+    ex.parallel_for(row_tasks, [&](std::size_t t) {
+      const std::size_t begin = t * cpu::gemv_rows_per_task;
+      const std::size_t end = std::min(begin + cpu::gemv_rows_per_task, d_ff);
+      for (std::size_t r = begin; r < end; r += group) {
+        const std::size_t e = std::min(r + group, end);
+        for (std::size_t i = 0; i < k; ++i) {
+          cpu::dispatch_gemv_rows(a.up, nullptr, r, e, input(i), h + i * d_ff);
+          cpu::dispatch_gemv_rows(a.gate, nullptr, r, e, input(i), g + i * d_ff);
+          for (std::size_t j = r; j < e; ++j) h[i * d_ff + j] *= apply(a.act, g[i * d_ff + j]);
+        }
+      }
+    });
+    if (!a.down_t.absent()) {  // y_i = Σ_j h_i[j] · down_t[j, :], tile by tile of columns
+      const std::size_t tiles = (d_model + cpu::axpy_column_quantum - 1) / cpu::axpy_column_quantum;
+      ex.parallel_for(tiles, [&](std::size_t t) {
+        const std::size_t c0 = t * cpu::axpy_column_quantum;
+        const std::size_t c1 = std::min(c0 + cpu::axpy_column_quantum, d_model);
+        for (std::size_t i = 0; i < k; ++i)
+          cpu::dispatch_axpy_rows(a.down_t, nullptr, d_ff, h + i * d_ff, c0, c1, y + i * d_model);
+      });
+    } else {  // y_i = W_down · h_i, groups of rows of W_down
+      const std::size_t tasks = (d_model + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
+      ex.parallel_for(tasks, [&](std::size_t t) {
+        const std::size_t begin = t * cpu::gemv_rows_per_task;
+        const std::size_t end = std::min(begin + cpu::gemv_rows_per_task, d_model);
+        for (std::size_t r = begin; r < end; r += group) {
+          for (std::size_t i = 0; i < k; ++i) {
+            cpu::dispatch_gemv_rows(a.down, nullptr, r, std::min(r + group, end), h + i * d_ff, y + i * d_model);
+          }
+        }
+      });
+    }
+    for (std::size_t i = 0; i < k; ++i) {
+      float* const res = a.residual.row(token(i));
+      for (std::size_t c = 0; c < d_model; ++c) res[c] += y[i * d_model + c];
+    }
+    return status::ok();
+  }
+
  private:
   [[nodiscard]] bool coalescing(const subset& s) const noexcept { return coalesce_gap > 0 && !s.all; }
 
@@ -260,5 +332,6 @@ struct cpu_backend {
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, gemv_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, gated_ffn_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, transposed_linear_args);
+ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, token_ffn_args);
 
 }  // namespace actsparse
