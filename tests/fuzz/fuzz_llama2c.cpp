@@ -1,0 +1,85 @@
+// libFuzzer target for the llama2.c loaders. The first input byte picks what the rest is fed to:
+//   0: llama2c::checkpoint::from_bytes
+//   1: llama2c::tokenizer::from_bytes with vocab_size 512 (tok512's)
+//   2: llama2c::tokenizer::from_bytes with vocab_size = the next 4 bytes (little-endian uint32)
+// A loaded object is then used (every weight view read, every token decoded, text encoded).
+// actsparse::error is the expected outcome for malformed bytes; anything else (a crash, a
+// sanitizer report, another exception) is a finding.
+
+#include "llama2c/checkpoint.hpp"
+#include "llama2c/tokenizer.hpp"
+
+#include <actsparse/core/error.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+volatile float sink;  // keeps the reads of the weights
+
+void touch(const float* p, std::size_t n) {
+  if (n > 0) sink = p[0] + p[n - 1];
+}
+
+void use(const llama2c::checkpoint& c) {
+  const auto& k = c.cfg();
+  auto m = [](const actsparse::matrix_view<const float>& v) { touch(v.data, v.rows * v.cols); };
+  m(c.token_embedding());
+  m(c.classifier());
+  for (std::size_t l = 0; l < static_cast<std::size_t>(k.n_layers); ++l) {
+    touch(c.rms_att(l).data(), c.rms_att(l).size());
+    touch(c.rms_ffn(l).data(), c.rms_ffn(l).size());
+    m(c.wq(l));
+    m(c.wk(l));
+    m(c.wv(l));
+    m(c.wo(l));
+    m(c.w1(l));
+    m(c.w2(l));
+    m(c.w3(l));
+  }
+  touch(c.rms_final().data(), c.rms_final().size());
+}
+
+void use(const llama2c::tokenizer& t, std::string_view text) {
+  std::vector<int> all;
+  for (std::size_t i = 0; i < t.vocab_size(); ++i) {
+    all.push_back(static_cast<int>(i));
+    (void)t.decode(llama2c::tokenizer::bos_id, static_cast<int>(i));
+  }
+  (void)t.decode(all);
+  const std::vector<int> ids = t.encode(text.substr(0, 64), true, true);
+  (void)t.decode(ids);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::span<const char> rest(reinterpret_cast<const char*>(data) + 1, size - 1);
+  try {
+    switch (data[0] % 3) {
+      case 0:
+        use(llama2c::checkpoint::from_bytes(rest, "fuzz"));
+        break;
+      case 1:
+        use(llama2c::tokenizer::from_bytes(rest, 512, "fuzz"), std::string_view(rest.data(), rest.size()));
+        break;
+      default: {
+        if (rest.size() < 4) return 0;
+        std::uint32_t vocab = 0;
+        std::memcpy(&vocab, rest.data(), sizeof vocab);
+        const auto body = rest.subspan(4);
+        use(llama2c::tokenizer::from_bytes(body, vocab, "fuzz"), std::string_view(body.data(), body.size()));
+        break;
+      }
+    }
+  } catch (const actsparse::error&) {
+    // a malformed input, reported as it should be
+  }
+  return 0;
+}
