@@ -5,7 +5,7 @@
 // policy) of the next-token distributions, top-1 agreement with dense, perplexity and decode
 // tokens/s. Thresholds (CATS, TEAL) are calibrated on a separate calibration sample.
 //
-//   model_demo [--checkpoint PATH] [--sequences N] [--length N]
+//   model_demo [--checkpoint PATH] [--tokenizer PATH] [--sequences N] [--length N]
 //              [--json PATH] [--threads N] [--quick]
 //
 // Sequences are spread over --threads workers (default: every CPU); results do not depend on it.
@@ -24,6 +24,7 @@
 
 #include "llama2c/checkpoint.hpp"
 #include "llama2c/model.hpp"
+#include "llama2c/tokenizer.hpp"
 
 #include <actsparse/backends/reference.hpp>
 #include <actsparse/calibration/threshold_calibration.hpp>
@@ -150,8 +151,7 @@ class teal_policy : public demo_policy {
   kept_counter all_, ffn_;
 };
 
-// Token-sparse prefill FFN (RedKnot), on the reference backend (the CPU backend has no
-// token FFN yet); decode stays dense.
+// Token-sparse prefill FFN (RedKnot) on the CPU backend; decode stays dense.
 class token_policy : public demo_policy {
  public:
   token_policy(depth_schedule schedule, std::size_t layers) : op_{schedule, {}, {}}, per_layer_(layers) {}
@@ -160,8 +160,7 @@ class token_policy : public demo_policy {
   }
   void ffn_prefill(std::size_t layer, const ffn_weights& w, const llama2c::rows_buffer& attention_out,
                    const llama2c::rows_buffer& input, llama2c::rows_buffer& residual) override {
-    check(op_(layer, w, attention_out.view(), input.view(), residual.view(), kept_, scratch_, ref_ex_),
-          "token-sparse FFN");
+    check(op_(layer, w, attention_out.view(), input.view(), residual.view(), kept_, scratch_, ex_), "token-sparse FFN");
     per_layer_.at(layer).add(kept_);
     all_.add(kept_);
   }
@@ -179,13 +178,12 @@ class token_policy : public demo_policy {
   }
 
  private:
-  token_sparse_ffn<reference_backend> op_;
+  token_sparse_ffn<cpu_backend> op_;
   std::vector<kept_counter> per_layer_;
   kept_counter all_;
   selection kept_;
   token_scratch scratch_;
   ffn_scratch dense_scratch_;
-  inline_executor ref_ex_;
 };
 
 // Records the FFN scores of `Scorer` per layer (keeping every neuron), for calibration.
@@ -229,6 +227,7 @@ class input_probe : public policy {
 
 struct options {
   std::string checkpoint = std::string(ACTSPARSE_DATA_DIR) + "/stories260K.bin";
+  std::string tokenizer = std::string(ACTSPARSE_DATA_DIR) + "/tok512.bin";
   std::string json = "demo-results/latest.json";
   std::size_t sequences = 64;
   std::size_t length = 256;
@@ -459,7 +458,7 @@ void write_json(const std::string& path, const std::vector<row>& rows, const opt
   f << " ]\n}\n";
 }
 
-// Token ids of a greedy decode from BOS, as text of the ids (the tokenizer prints words).
+// Token ids of a greedy decode from BOS.
 std::vector<int> greedy(const model& m, policy& p, std::size_t n) {
   auto cache = m.new_cache();
   std::vector<float> logits(m.vocab());
@@ -474,7 +473,8 @@ std::vector<int> greedy(const model& m, policy& p, std::size_t n) {
 // ---------------------------------------------------------------- --synthetic ----------
 // A random-weight Llama-shaped stack at a realistic size (7b: d_model 4096, d_ff 11008, 32
 // heads; 3b: 2048, 11008, 16 heads), weights in any CPU dtype, running real decode steps:
-// RMSNorm, q/k/v/o GEMVs, attention over a KV cache of `context` positions, and the FFN
+// RMSNorm, q/k/v/o GEMVs, attention over a KV cache of `context` positions (per head a GEMV
+// over the cached keys and a row axpy over the cached values), and the FFN
 // through the same operators (dense_ffn, or neuron_sparse_ffn with magnitude of act(gate)
 // and top_k at activity a, on the CPU backend's thread pool). It reports tokens/s and the
 // time in the FFN and outside it, so the end-to-end gain is measured, not only the FFN's.
@@ -483,7 +483,7 @@ struct synthetic_options {
   std::string shape = "7b";
   dtype type = dtype::bf16;
   std::size_t layers = 4;
-  std::size_t tokens = 8;
+  std::size_t tokens = 16;
   std::size_t context = 256;
   std::size_t threads = std::max(1U, std::thread::hardware_concurrency());
   std::string json = "demo-results/synthetic.json";
@@ -636,24 +636,22 @@ int run_synthetic(const synthetic_options& o) {
         const std::size_t pos = step % o.context;  // the new token overwrites a cache slot
         std::copy(k.begin(), k.end(), L.k_cache.begin() + static_cast<std::ptrdiff_t>(pos * d_model));
         std::copy(v.begin(), v.end(), L.v_cache.begin() + static_cast<std::ptrdiff_t>(pos * d_model));
+        // Per head: scores = K_h·q_h (a GEMV over the cache rows of this head), softmax,
+        // att_h = Σ_s p_s V_h[s, :] (a row axpy over the cache): the CPU backend's kernels.
         const float scale = 1.0F / std::sqrt(static_cast<float>(head_size));
+        const std::size_t cache_stride = d_model * sizeof(float);
         for (std::size_t h = 0; h < heads; ++h) {
+          const weight_view kh(L.k_cache.data() + h * head_size, dtype::f32, o.context, head_size, cache_stride);
+          const weight_view vh(L.v_cache.data() + h * head_size, dtype::f32, o.context, head_size, cache_stride);
+          gemv(kh, std::span<const float>(q).subspan(h * head_size, head_size), scores);
           float max = -INFINITY;
-          for (std::size_t s = 0; s < o.context; ++s) {
-            const float* ks = L.k_cache.data() + s * d_model + h * head_size;
-            float dot = 0.0F;
-            for (std::size_t i = 0; i < head_size; ++i) dot += q[h * head_size + i] * ks[i];
-            scores[s] = dot * scale;
-            max = std::max(max, scores[s]);
-          }
+          for (float& e : scores) max = std::max(max, e *= scale);
           float sum = 0.0F;
-          for (std::size_t s = 0; s < o.context; ++s) sum += scores[s] = std::exp(scores[s] - max);
-          for (std::size_t i = 0; i < head_size; ++i) att[h * head_size + i] = 0.0F;
-          for (std::size_t s = 0; s < o.context; ++s) {
-            const float w = scores[s] / sum;
-            const float* vs = L.v_cache.data() + s * d_model + h * head_size;
-            for (std::size_t i = 0; i < head_size; ++i) att[h * head_size + i] += w * vs[i];
-          }
+          for (float& e : scores) sum += e = std::exp(e - max);
+          for (float& e : scores) e /= sum;
+          const transposed_linear_args pv{vh, scores, std::span<float>(att).subspan(h * head_size, head_size),
+                                          subset::everything()};
+          if (!detail::run_op(cpu, pv, workspace, ex)) detail::fail("model_demo --synthetic", "attention", "", "");
         }
         gemv(L.wo.view, att, o_out);
         for (std::size_t i = 0; i < d_model; ++i) x[i] += o_out[i];
@@ -741,6 +739,8 @@ options parse(int argc, char** argv) {
     };
     if (a == "--checkpoint") {
       o.checkpoint = value();
+    } else if (a == "--tokenizer") {
+      o.tokenizer = value();
     } else if (a == "--json") {
       o.json = value();
     } else if (a == "--sequences") {
@@ -755,8 +755,9 @@ options parse(int argc, char** argv) {
       o.calibration_sequences = 2;
       o.decode_tokens = 16;
     } else {
-      detail::fail("model_demo", "argument", a,
-                   "one of --checkpoint PATH, --json PATH, --sequences N, --length N, --threads N, --quick");
+      detail::fail(
+          "model_demo", "argument", a,
+          "one of --checkpoint PATH, --tokenizer PATH, --json PATH, --sequences N, --length N, --threads N, --quick");
     }
   }
   return o;
@@ -824,6 +825,7 @@ int main(int argc, char** argv) try {
   const options o = parse(argc, argv);
   const llama2c::checkpoint ckpt = llama2c::checkpoint::load(o.checkpoint);
   const model m(ckpt);
+  const llama2c::tokenizer tok = llama2c::tokenizer::load(o.tokenizer, m.vocab());
   if (o.length > m.seq_len()) {
     detail::fail("model_demo", "--length", o.length, "at most the model's seq_len = " + std::to_string(m.seq_len()));
   }
@@ -975,19 +977,15 @@ int main(int argc, char** argv) try {
     std::printf("\n");
   }
 
-  // A greedy sample under dense and under one sparse preset, as token ids.
+  // A greedy sample under dense and under one sparse preset, as text.
   dense_demo_policy dense_greedy;
-  auto sparse_greedy = configs[7].make();  // magnitude top_k 50%
-  const auto ids_dense = greedy(m, dense_greedy, 48);
-  const auto ids_sparse = greedy(m, *sparse_greedy, 48);
-  const auto ids_text = [](const std::vector<int>& ids) {
-    std::string s;
-    for (const int id : ids) s += std::to_string(id) + " ";
-    return s;
-  };
-  std::printf("\ngreedy, dense:                 %s\ngreedy, %-22s %s\n", ids_text(ids_dense).c_str(),
-              (configs[7].name + ":").c_str(), ids_text(ids_sparse).c_str());
-  write_json(o.json, rows, o, ids_text(ids_dense), ids_text(ids_sparse));
+  const std::size_t shown = 7;  // magnitude top_k 50%
+  auto sparse_greedy = configs[shown].make();
+  const std::string text_dense = tok.decode(greedy(m, dense_greedy, 96));
+  const std::string text_sparse = tok.decode(greedy(m, *sparse_greedy, 96));
+  std::printf("\ngreedy from BOS, dense:\n  %s\ngreedy from BOS, %s:\n  %s\n", text_dense.c_str(),
+              configs[shown].name.c_str(), text_sparse.c_str());
+  write_json(o.json, rows, o, text_dense, text_sparse);
   std::printf("\nwrote %s\n", o.json.c_str());
   return 0;
 } catch (const std::exception& e) {
