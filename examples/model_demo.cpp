@@ -6,7 +6,10 @@
 // tokens/s. Thresholds (CATS, TEAL) are calibrated on a separate calibration sample.
 //
 //   model_demo [--checkpoint PATH] [--tokenizer PATH] [--sequences N] [--length N]
-//              [--json PATH] [--threads N] [--quick]
+//              [--json PATH] [--threads N] [--policy TEXT] [--quick]
+//
+// --policy TEXT runs only the policies whose name contains TEXT (and dense), e.g.
+// --policy "CATS" or --policy "weight_aware top_k 50%".
 //
 // Sequences are spread over --threads workers (default: every CPU); results do not depend on it.
 //
@@ -233,6 +236,7 @@ struct options {
   std::size_t length = 256;
   std::size_t calibration_sequences = 8;
   std::size_t decode_tokens = 128;
+  std::string only;  // --policy: run only the policies whose name contains this (dense always runs)
   std::size_t workers = std::max(1U, std::thread::hardware_concurrency());
 };
 
@@ -749,15 +753,17 @@ options parse(int argc, char** argv) {
       o.length = count(2, 1 << 20);
     } else if (a == "--threads") {
       o.workers = count(1, 256);
+    } else if (a == "--policy") {
+      o.only = value();
     } else if (a == "--quick") {
       o.sequences = 4;
       o.length = 40;
       o.calibration_sequences = 2;
       o.decode_tokens = 16;
     } else {
-      detail::fail(
-          "model_demo", "argument", a,
-          "one of --checkpoint PATH, --tokenizer PATH, --json PATH, --sequences N, --length N, --threads N, --quick");
+      detail::fail("model_demo", "argument", a,
+                   "one of --checkpoint PATH, --tokenizer PATH, --json PATH, --sequences N, --length N, --threads N, "
+                   "--policy TEXT, --quick");
     }
   }
   return o;
@@ -929,6 +935,15 @@ int main(int argc, char** argv) try {
          true});
   }
 
+  if (!o.only.empty()) {
+    std::vector<config> chosen;
+    for (const config& c : configs) {
+      if (c.name == "dense" || c.name.find(o.only) != std::string::npos) chosen.push_back(c);
+    }
+    if (chosen.size() == 1) detail::fail("model_demo", "--policy", o.only, "text found in at least one policy name");
+    bar.total -= configs.size() - chosen.size();
+    configs = std::move(chosen);
+  }
   std::vector<row> rows;
   for (const config& c : configs) {
     std::vector<std::unique_ptr<demo_policy>> p;
@@ -979,7 +994,10 @@ int main(int argc, char** argv) try {
 
   // A greedy sample under dense and under one sparse preset, as text.
   dense_demo_policy dense_greedy;
-  const std::size_t shown = 7;  // magnitude top_k 50%
+  std::size_t shown = configs.size() > 1 ? 1 : 0;  // magnitude top_k 50% when present
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    if (configs[i].name == "magnitude top_k 50%") shown = i;
+  }
   auto sparse_greedy = configs[shown].make();
   const std::string text_dense = tok.decode(greedy(m, dense_greedy, 96));
   const std::string text_sparse = tok.decode(greedy(m, *sparse_greedy, 96));
