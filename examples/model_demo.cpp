@@ -719,28 +719,36 @@ int run_synthetic(const synthetic_options& o) {
   return 0;
 }
 
+// The value after the flag argv[i] (i moves onto it), or a clear error when there is none.
+std::string argument_value(int argc, char** argv, int& i) {
+  const std::string flag = argv[i];
+  if (i + 1 >= argc) detail::fail("model_demo", flag, "no value", "a value after " + flag);
+  return argv[++i];
+}
+
+// The integer value in [lo, hi] after the flag argv[i], or a clear error.
+std::size_t argument_count(int argc, char** argv, int& i, std::size_t lo, std::size_t hi) {
+  const std::string flag = argv[i];
+  const std::string v = argument_value(argc, argv, i);
+  std::size_t pos = 0;
+  unsigned long n = 0;
+  try {
+    n = std::stoul(v, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos != v.size() || n < lo || n > hi) {
+    detail::fail("model_demo", flag, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return static_cast<std::size_t>(n);
+}
+
 options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) detail::fail("model_demo", a, "no value", "a value after " + a);
-      return argv[++i];
-    };
-    const auto count = [&](std::size_t lo, std::size_t hi) {
-      const std::string v = value();
-      std::size_t pos = 0;
-      unsigned long n = 0;
-      try {
-        n = std::stoul(v, &pos);
-      } catch (const std::exception&) {
-        pos = 0;
-      }
-      if (pos != v.size() || n < lo || n > hi) {
-        detail::fail("model_demo", a, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      }
-      return static_cast<std::size_t>(n);
-    };
+    const auto value = [&] { return argument_value(argc, argv, i); };
+    const auto count = [&](std::size_t lo, std::size_t hi) { return argument_count(argc, argv, i, lo, hi); };
     if (a == "--checkpoint") {
       o.checkpoint = value();
     } else if (a == "--tokenizer") {
@@ -776,24 +784,8 @@ synthetic_options parse_synthetic(int argc, char** argv) {
   synthetic_options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) detail::fail("model_demo", a, "no value", "a value after " + a);
-      return argv[++i];
-    };
-    const auto count = [&](std::size_t lo, std::size_t hi) {
-      const std::string v = value();
-      std::size_t pos = 0;
-      unsigned long n = 0;
-      try {
-        n = std::stoul(v, &pos);
-      } catch (const std::exception&) {
-        pos = 0;
-      }
-      if (pos != v.size() || n < lo || n > hi) {
-        detail::fail("model_demo", a, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      }
-      return static_cast<std::size_t>(n);
-    };
+    const auto value = [&] { return argument_value(argc, argv, i); };
+    const auto count = [&](std::size_t lo, std::size_t hi) { return argument_count(argc, argv, i, lo, hi); };
     if (a == "--synthetic") {
       o.shape = value();
     } else if (a == "--dtype") {

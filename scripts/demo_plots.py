@@ -50,16 +50,7 @@ def kl_plot(rows, title):
     hi = max(hi, lo + 1)
     sx = lambda a: x0 + a * (x1 - x0)
     sy = lambda v: y1 - (math.log10(max(v, 10.0 ** lo)) - lo) / (hi - lo) * (y1 - y0)
-    o = ['<?xml version="1.0" encoding="UTF-8"?>',
-         '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
-         'font-family="sans-serif" font-size="12">' % (W, H, W, H),
-         "<title>%s</title>" % escape(title),
-         '<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>' % (W, H),
-         '<text x="%d" y="28" font-size="16" text-anchor="middle">%s</text>' % ((x0 + x1) // 2, escape(title))]
-    for i in range(11):
-        a = i / 10
-        o.append('<line x1="%.2f" y1="%d" x2="%.2f" y2="%d" stroke="#e5e5e5"/>' % (sx(a), y0, sx(a), y1))
-        o.append('<text x="%.2f" y="%d" text-anchor="middle">%.1f</text>' % (sx(a), y1 + 18, a))
+    o = perf_report.svg_header(W, H, title, (x0 + x1) // 2) + perf_report.x_grid(sx, y0, y1)
     for e in range(lo, hi + 1):
         y = sy(10.0 ** e)
         o.append('<line x1="%d" y1="%.2f" x2="%d" y2="%.2f" stroke="#e5e5e5"/>' % (x0, y, x1, y))

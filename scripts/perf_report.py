@@ -188,6 +188,26 @@ def nice_step(top):
     return top / 8
 
 
+def svg_header(width, height, title, title_x):
+    """The first lines of an SVG plot: the root element, its title and a white background."""
+    return ['<?xml version="1.0" encoding="UTF-8"?>',
+            '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
+            'font-family="sans-serif" font-size="12">' % (width, height, width, height),
+            "<title>%s</title>" % escape(title),
+            '<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>' % (width, height),
+            '<text x="%d" y="28" font-size="16" text-anchor="middle">%s</text>' % (title_x, escape(title))]
+
+
+def x_grid(sx, y0, y1):
+    """Vertical grid lines and tick labels at 0, 0.1, ..., 1 (a fraction on the x axis)."""
+    o = []
+    for i in range(11):
+        a = i / 10
+        o.append('<line x1="%.2f" y1="%d" x2="%.2f" y2="%d" stroke="#e5e5e5"/>' % (sx(a), y0, sx(a), y1))
+        o.append('<text x="%.2f" y="%d" text-anchor="middle">%.1f</text>' % (sx(a), y1 + 18, a))
+    return o
+
+
 def svg_plot(shape, threads, rows):
     """The speed-up plot of one (shape, threads) as SVG text."""
     W, H, x0, x1, y0, y1 = 760, 460, 64, 560, 48, 400
@@ -198,16 +218,7 @@ def svg_plot(shape, threads, rows):
     sx = lambda a: x0 + a * (x1 - x0)
     sy = lambda v: y1 - max(0.0, v) / ymax * (y1 - y0)
     title = "%s FFN decode, %s: speed-up vs activity" % (shape, thread_word(threads))
-    o = ['<?xml version="1.0" encoding="UTF-8"?>',
-         '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
-         'font-family="sans-serif" font-size="12">' % (W, H, W, H),
-         "<title>%s</title>" % escape(title),
-         '<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>' % (W, H),
-         '<text x="%d" y="28" font-size="16" text-anchor="middle">%s</text>' % ((x0 + x1) // 2, escape(title))]
-    for i in range(11):  # x grid and ticks
-        a = i / 10
-        o.append('<line x1="%.2f" y1="%d" x2="%.2f" y2="%d" stroke="#e5e5e5"/>' % (sx(a), y0, sx(a), y1))
-        o.append('<text x="%.2f" y="%d" text-anchor="middle">%.1f</text>' % (sx(a), y1 + 18, a))
+    o = svg_header(W, H, title, (x0 + x1) // 2) + x_grid(sx, y0, y1)
     n = int(round(ymax / step))
     for i in range(n + 1):  # y grid and ticks
         v = i * step
