@@ -1,5 +1,6 @@
 // The CPU backend's GEMV (Highway, dynamic dispatch) at the 7B FFN shape 11008 × 4096 (f32,
-// f16, bf16, and the ggml blocks q8_0 / q4_0 with f32 activations),
+// f16, bf16, and the ggml blocks q8_0 / q4_0: by default on x quantized to 8-bit blocks,
+// cpu_backend::int8_activations),
 // dense and row-gather (output-sparse), and its input-sparse linear over a transposed
 // 11008 × 4096 weight (row axpy; a = the kept fraction of input channels), against the read bandwidth measured in the
 // same process, at 1 and 2 threads (a blocking thread_pool). Counters:
@@ -82,6 +83,9 @@ void BM_cpu_gemv(benchmark::State& state) {
   std::vector<float> y_dense(Transposed ? cols : rows);
   std::vector<float> y(y_dense.size());
   const cpu_backend cpu;
+  // The GEMV's workspace (x quantized, for q8_0 / q4_0): the same size for every matrix.
+  std::vector<std::byte> workspace(
+      Transposed ? 0 : cpu.workspace_size(gemv_args{view_of(w.m[0]), x, y_dense, subset::everything()}));
   cpu::thread_pool pool(static_cast<std::size_t>(state.range(1)));
   cpu::executor ex(pool);
   std::size_t next = 0;
@@ -95,7 +99,7 @@ void BM_cpu_gemv(benchmark::State& state) {
       if constexpr (Transposed) {
         (void)cpu.run(transposed_linear_args{d, x, y_dense, subset::everything()}, {}, ex);
       } else {
-        (void)cpu.run(gemv_args{d, x, y_dense, subset::everything()}, {}, ex);
+        (void)cpu.run(gemv_args{d, x, y_dense, subset::everything()}, workspace, ex);
       }
     };
     const auto run_sparse = [&] {
@@ -103,7 +107,7 @@ void BM_cpu_gemv(benchmark::State& state) {
       if constexpr (Transposed) {
         (void)cpu.run(transposed_linear_args{s, x, y, which}, {}, ex);
       } else {
-        (void)cpu.run(gemv_args{s, x, std::span<float>(y.data(), which.count(rows)), which}, {}, ex);
+        (void)cpu.run(gemv_args{s, x, std::span<float>(y.data(), which.count(rows)), which}, workspace, ex);
       }
     };
     const double t = actsparse_bench::time_pair(state.iterations(), run_dense, run_sparse, dense_s, sparse_s);

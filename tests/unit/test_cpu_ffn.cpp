@@ -1,5 +1,8 @@
 // The CPU backend's gated FFN (decode: dense and neuron-sparse) against the double oracle and
-// the reference backend, on every compiled Highway target.
+// the reference backend, on every compiled Highway target. With q8_0 / q4_0 weights: the f32
+// path (int8_activations = false) against the oracle, and the integer path (the default) as
+// the composition of the backend's own integer GEMV and row axpy, bit for bit (the GEMV's
+// bounds are tested in test_cpu_quant.cpp).
 #include "cpu_test_support.hpp"
 #include "test_reference_support.hpp"
 
@@ -45,8 +48,7 @@ gated_ffn_args args_of(const cpu_ffn_weights& f, activation act, std::span<const
   return {act, f.gate.view, f.up.view, weight_view{}, x, y, neurons, gate_act, f.down_t.view};
 }
 
-std::vector<float> run_cpu(const gated_ffn_args& a, cpu::executor ex = {}) {
-  const cpu_backend cpu;
+std::vector<float> run_cpu(const gated_ffn_args& a, cpu::executor ex = {}, const cpu_backend& cpu = {}) {
   std::vector<float> y(a.y.size(), std::numeric_limits<float>::quiet_NaN());
   gated_ffn_args b = a;
   b.y = y;
@@ -243,7 +245,7 @@ TEST_CASE("cpu row axpy with coalesce_gap: the same values, short gaps read with
   }
 }
 
-TEST_CASE("cpu gated FFN with q8_0 / q4_0 weights matches the double oracle on every target") {
+TEST_CASE("cpu gated FFN with q8_0 / q4_0 weights, f32 path (int8_activations = false), matches the double oracle") {
   std::mt19937 rng(48);
   for (const dtype t : {dtype::q8_0, dtype::q4_0}) {
     for (const auto [d_model, d_ff] : {std::array<std::size_t, 2>{64, 96}, {128, 320}}) {
@@ -266,10 +268,12 @@ TEST_CASE("cpu gated FFN with q8_0 / q4_0 weights matches the double oracle on e
           const oracle want = ffn_oracle(act, f.gate.values, f.up.values, down, x, neurons);
           for_each_target([&] {
             INFO(name(t), " ", name(act), " d_model ", d_model, " density ", density);
-            const auto got = run_cpu(args_of(f, act, x, y, neurons));
+            cpu_backend f32_path;
+            f32_path.int8_activations = false;
+            const auto got = run_cpu(args_of(f, act, x, y, neurons), {}, f32_path);
             check_within(got, want);
             if (density == 1.0) {
-              CHECK(same_bits(run_cpu(args_of(f, act, x, y, subset::only(all_indices(d_ff)))), got));
+              CHECK(same_bits(run_cpu(args_of(f, act, x, y, subset::only(all_indices(d_ff))), {}, f32_path), got));
             }
           });
         }
@@ -381,4 +385,58 @@ TEST_CASE("cpu token FFN matches the reference backend and backs token_sparse_ff
   a.residual = matrix_view<float>::packed(out.data(), n - 1, d_model);
   cpu::executor ex;
   CHECK_THROWS_AS((void)cpu_backend{}.run(a, workspace, ex), error);
+}
+
+TEST_CASE("cpu gated FFN with q8_0 / q4_0 weights, integer path: the integer GEMV then the row axpy, bit for bit") {
+  std::mt19937 rng(49);
+  for (const dtype t : {dtype::q8_0, dtype::q4_0}) {
+    for (const auto [d_model, d_ff] : {std::array<std::size_t, 2>{64, 96}, {1120, 192}}) {
+      const cpu_ffn_weights f = make_cpu_ffn(t, d_model, d_ff, rng);
+      const std::vector<float> x = random_vector(d_model, rng);
+      std::vector<float> y(d_model);
+      for (const double density : {1.0, 0.3}) {
+        const std::vector<std::uint32_t> kept = random_subset(d_ff, density, rng);
+        const subset neurons = density == 1.0 ? subset::everything() : subset::only(kept);
+        const std::size_t count = neurons.count(d_ff);
+        for_each_target([&] {
+          INFO(name(t), " d_model ", d_model, " density ", density);
+          const cpu_backend cpu;
+          cpu::executor ex;
+          const auto gemv = [&](const weight_view& w) {
+            std::vector<float> out(count);
+            const gemv_args a{w, x, out, neurons};
+            std::vector<std::byte> workspace(cpu.workspace_size(a));
+            REQUIRE(cpu.run(a, workspace, ex));
+            return out;
+          };
+          // Phase 1 as the FFN runs it (h_j = act(g_j)·u_j), then phase 2 as a transposed linear.
+          const std::vector<float> g = gemv(f.gate.view);
+          const std::vector<float> u = gemv(f.up.view);
+          std::vector<float> h(d_ff, 0.0F);
+          std::vector<float> gate_act(d_ff, 0.0F);
+          for (std::size_t k = 0; k < count; ++k) {
+            const std::size_t j = neurons.all ? k : kept[k];
+            gate_act[j] = apply(activation::silu, g[k]);
+            h[j] = gate_act[j] * u[k];
+          }
+          std::vector<float> want(d_model);
+          REQUIRE(cpu.run(transposed_linear_args{f.down_t.view, h, want, neurons}, {}, ex));
+
+          const gated_ffn_args a = args_of(f, activation::silu, x, y, neurons);
+          cpu_backend f32_path;
+          f32_path.int8_activations = false;
+          CHECK(cpu.workspace_size(a) == f32_path.workspace_size(a) + cpu::quantized_x_bytes(d_model));
+          const auto got = run_cpu(a);
+          CHECK(same_bits(got, want));
+          CHECK(same_bits(run_cpu(args_of(f, activation::silu, x, y, neurons, gate_act)), got));  // gate given
+          for (const std::size_t threads : {2U, 3U}) {
+            cpu::thread_pool pool(threads);
+            CHECK(same_bits(run_cpu(a, cpu::executor(pool)), got));
+          }
+          if (density == 1.0)
+            CHECK(same_bits(run_cpu(args_of(f, activation::silu, x, y, subset::only(all_indices(d_ff)))), got));
+        });
+      }
+    }
+  }
 }

@@ -1,15 +1,34 @@
 // The CPU backend's q8_0 / q4_0 kernels (quant-inl.h) against the reference backend, on every
-// compiled Highway target: dense and row-gather GEMV, the input-sparse linear over a
-// transposed block matrix (row axpy), thread-count invariance, and cpu::transpose's
-// requantization.
+// compiled Highway target: dense and row-gather GEMV on both paths (f32 activations, and x
+// quantized to 8-bit blocks with integer dot products, cpu_backend::int8_activations), the
+// quantization of x, the input-sparse linear over a transposed block matrix (row axpy),
+// thread-count invariance, and cpu::transpose's requantization.
 //
-// Bounds. A dequantized block value w = q·d is exact in f32 (|q| <= 127 or 8 times an f16
-// scale: at most 18 significant bits), so the CPU and the reference multiply the same
-// values and differ only in the order of the f32 sums:
-//   GEMV: the reference sums n products in order (error <= γ(n)·Σ|w_i x_i|); the CPU sums
-//     each block's products lane-wise, scales the block sum by d and accumulates the blocks
-//     in two accumulators reduced at the end: every product goes through at most n + 2
+// Bounds (u = 2^-24; γ(n) = n·u/(1 − n·u); dot_factor(n) = γ(n) + the same for f64, which
+// also covers this file's double evaluation of the exact values).
+//   f32 path (int8_activations = false). A dequantized block value w = q·d is exact in f32
+//     (|q| <= 127 or 8 times an f16 scale: at most 18 significant bits), so the CPU and the
+//     reference multiply the same values and differ only in the order of the f32 sums:
+//     the reference sums n products in order (error <= γ(n)·Σ|w_i x_i|); the CPU sums each
+//     block's products lane-wise, scales the block sum by d and accumulates the blocks in
+//     two accumulators reduced at the end: every product goes through at most n + 2
 //     roundings, so |cpu − ref| <= 2·dot_factor(n + 2)·Σ|w_i x_i|, per row.
+//   Integer path (the default). x is quantized per block b of 32 values: d_x = max|x_i|/127
+//     (f32), q_x,i = round(x_i/d_x), so e_i = x_i − d_x·q_x,i has |e_i| <= d_x·(1/2 + 2^-16)
+//     (the division x_i/d_x is correctly rounded, error <= 127u; the scalar targets' emulated
+//     rounding adds at most 2^-18; checked below). With the weight integers q_w and scales
+//     d_w, the CPU evaluates the quantized product
+//       P = Σ_b d_w,b·d_x,b·D_b,   D_b = Σ_i q_w,i·q_x,i (exact in int32),
+//     holding D_b as lane partial sums L_bj (exact integers, exact in f32) and adding the
+//     terms L_bj·d_w·d_x: one rounding of d_w·d_x, one of the product (fused with the add
+//     where there is an FMA), the additions of the block chain (at most nb = n/32) and of
+//     the final reduction of at most 16 lanes: each term through at most nb + 20 roundings, so
+//       (1) |cpu − P| <= dot_factor(nb + 20)·M,   M = Σ_b |d_w,b|·d_x,b·Σ_i |q_w,i·q_x,i|
+//     (tested against P computed exactly, in long double: d_w·d_x has 35 bits and D_b 20).
+//     W·x − P = Σ_b d_w,b·Σ_i q_w,i·e_i, so against the reference (f32 x, the bound above):
+//       (2) |cpu − ref| <= E + dot_factor(nb + 20)·M + dot_factor(n)·Σ|w_i x_i|,
+//           E = Σ_b |d_w,b|·d_x,b·(1/2 + 2^-16)·Σ_i |q_w,i|.
+//     E, x's quantization error, dominates: about half an x step times the row's |weights|.
 //   Row axpy: the same chain fma(float(q)·d, x_j, acc) per output: bit for bit where MulAdd
 //     is fused; elsewhere the products are rounded first: |cpu − ref| <= 2·dot_factor(k)·Σ|w x|.
 #include "cpu_test_support.hpp"
@@ -26,6 +45,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <span>
 #include <string>
@@ -49,15 +69,29 @@ void for_each_target(F&& f) {
 
 constexpr dtype block_dtypes[] = {dtype::q8_0, dtype::q4_0};
 
-std::vector<float> cpu_gemv(const weight_view& w, std::span<const float> x, subset rows, cpu::executor& ex) {
+// The slack of x's quantization error bound: |x_i − d_x·q_x,i| <= d_x·(1/2 + quant_slack).
+constexpr double quant_slack = 0x1p-16;
+
+cpu_backend backend_with(bool int8) {
+  cpu_backend cpu;
+  cpu.int8_activations = int8;
+  return cpu;
+}
+
+// The CPU GEMV, int8 = cpu_backend::int8_activations, with the workspace it asks for.
+std::vector<float> cpu_gemv(const weight_view& w, std::span<const float> x, subset rows, cpu::executor& ex,
+                            bool int8 = true) {
+  const cpu_backend cpu = backend_with(int8);
   std::vector<float> y(rows.count(w.rows), -1.0F);
-  REQUIRE(cpu_backend{}.run(gemv_args{w, x, y, rows}, {}, ex));
+  const gemv_args a{w, x, y, rows};
+  std::vector<std::byte> workspace(cpu.workspace_size(a));
+  REQUIRE(cpu.run(a, workspace, ex));
   return y;
 }
 
-std::vector<float> cpu_gemv(const weight_view& w, std::span<const float> x, subset rows) {
+std::vector<float> cpu_gemv(const weight_view& w, std::span<const float> x, subset rows, bool int8 = true) {
   cpu::executor ex;
-  return cpu_gemv(w, x, rows, ex);
+  return cpu_gemv(w, x, rows, ex, int8);
 }
 
 std::vector<float> cpu_axpy(const weight_view& wt, std::span<const float> x, subset inputs, cpu::executor& ex) {
@@ -94,9 +128,230 @@ float block_scale(const weight_view& w, std::size_t i, std::size_t b) {
   return to_f32(d);
 }
 
+// The 32 integers of block (row i, block b): q8_0's qs, q4_0's nibbles − 8 (values 0-15 the
+// low nibbles, 16-31 the high ones).
+std::array<int, 32> block_ints(const weight_view& w, std::size_t i, std::size_t b) {
+  const auto* blk = static_cast<const std::byte*>(w.data) + i * w.row_stride + b * block_bytes(w.type);
+  std::array<int, 32> q{};
+  if (w.type == dtype::q8_0) {
+    block_q8_0 v;
+    std::memcpy(&v, blk, sizeof v);
+    for (std::size_t k = 0; k < 32; ++k) q[k] = v.qs[k];
+  } else {
+    block_q4_0 v;
+    std::memcpy(&v, blk, sizeof v);
+    for (std::size_t k = 0; k < 16; ++k) {
+      q[k] = (v.qs[k] & 0x0f) - 8;
+      q[16 + k] = (v.qs[k] >> 4) - 8;
+    }
+  }
+  return q;
+}
+
+// x quantized by the dispatched kernel (the target in force).
+struct quantized_x {
+  std::vector<std::int8_t> q;
+  std::vector<float> d;
+};
+quantized_x quantize(std::span<const float> x) {
+  quantized_x r{std::vector<std::int8_t>(x.size()), std::vector<float>(x.size() / 32)};
+  cpu::dispatch_quantize_q8_0_x(x.data(), x.size(), r.q.data(), r.d.data());
+  return r;
+}
+
+// Row i against quantized x: P (exact: long double holds each term exactly), M and E of the
+// header's bounds.
+struct int8_row {
+  double exact = 0.0;
+  double magnitude = 0.0;
+  double quant_error = 0.0;
+};
+int8_row int8_terms(const weight_view& w, std::size_t i, const quantized_x& xq) {
+  long double exact = 0.0L;
+  int8_row r;
+  for (std::size_t b = 0; b < w.cols / 32; ++b) {
+    const std::array<int, 32> q = block_ints(w, i, b);
+    std::int64_t dot = 0;
+    std::int64_t dot_abs = 0;
+    std::int64_t q_abs = 0;
+    for (std::size_t k = 0; k < 32; ++k) {
+      const std::int64_t p = std::int64_t{q[k]} * xq.q[32 * b + k];
+      dot += p;
+      dot_abs += p < 0 ? -p : p;
+      q_abs += q[k] < 0 ? -q[k] : q[k];
+    }
+    const double dw = block_scale(w, i, b);
+    const double dx = xq.d[b];
+    exact += static_cast<long double>(dw) * static_cast<long double>(dx) * static_cast<long double>(dot);
+    r.magnitude += std::fabs(dw) * dx * static_cast<double>(dot_abs);
+    r.quant_error += std::fabs(dw) * dx * (0.5 + quant_slack) * static_cast<double>(q_abs);
+  }
+  r.exact = static_cast<double>(exact);
+  return r;
+}
+
+// Checks the integer-path GEMV `got` (rows `kept` of W, or all) against bounds (1) and (2).
+void check_int8_rows(const weight_view& w, const Eigen::MatrixXd& values, std::span<const float> x,
+                     std::span<const float> got, std::span<const float> want_ref) {
+  const quantized_x xq = quantize(x);
+  const std::size_t nb = w.cols / 32;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const int8_row t = int8_terms(w, i, xq);
+    const double rounding = dot_factor(nb + 20) * t.magnitude;
+    INFO("row ", i, ": cpu ", got[i], " exact quantized product ", t.exact, " reference ", want_ref[i]);
+    REQUIRE(std::fabs(static_cast<double>(got[i]) - t.exact) <= rounding);
+    const double ref_bound =
+        t.quant_error + rounding + dot_factor(w.cols) * row_magnitude(values, static_cast<Eigen::Index>(i), x);
+    REQUIRE(std::fabs(static_cast<double>(got[i]) - want_ref[i]) <= ref_bound);
+  }
+}
+
+// x of n values, uniform(-1, 1) times a per-block magnitude 10^k, k in [-3, 3], so blocks
+// get very different scales d_x.
+std::vector<float> varied_vector(std::size_t n, std::mt19937& rng) {
+  std::vector<float> x = random_vector(n, rng);
+  std::uniform_int_distribution<int> exponent(-3, 3);
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    const auto scale = static_cast<float>(std::pow(10.0, exponent(rng)));
+    for (std::size_t k = 0; k < 32; ++k) x[32 * b + k] *= scale;
+  }
+  return x;
+}
+
+// A q8_0 / q4_0 matrix of random bytes: every integer (q8_0's −128 included) and random f16
+// scales of either sign.
+test_weights random_block_weights(dtype t, std::size_t rows, std::size_t cols, std::mt19937& rng) {
+  test_weights out;
+  const std::size_t stride = row_bytes(t, cols);
+  out.storage.resize(rows * stride);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(-0.02F, 0.02F);
+  for (auto& b : out.storage) b = static_cast<std::byte>(byte(rng));
+  for (std::size_t i = 0; i < rows; ++i) {
+    for (std::size_t b = 0; b < cols / 32; ++b) {
+      const f16 d = to_f16(scale(rng));
+      std::memcpy(out.storage.data() + i * stride + b * block_bytes(t), &d, sizeof d);
+    }
+  }
+  out.view = weight_view(out.storage.data(), t, rows, cols, stride);
+  out.values.resize(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
+  std::vector<float> row(cols);
+  for (std::size_t i = 0; i < rows; ++i) {
+    reference::dequantize_row(out.view, i, row);
+    for (std::size_t k = 0; k < cols; ++k)
+      out.values(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(k)) = row[k];
+  }
+  return out;
+}
+
 }  // namespace
 
-TEST_CASE("cpu q8_0 / q4_0 gemv: dense and row gather match the reference on every target") {
+TEST_CASE(
+    "cpu quantize_q8_0_x: d = max|x|/127, |x - d q| <= d (1/2 + 2^-16), zero and non-finite blocks, on every target") {
+  std::mt19937 rng(40);
+  std::vector<float> x = varied_vector(4128, rng);
+  for (std::size_t k = 0; k < 32; ++k) {
+    x[32 + k] = 0.0F;                        // block 1: zeros
+    x[64 + k] = k == 5 ? -3.0F : 0.0F;       // block 2: one value
+    x[96 + k] *= 1e30F;                      // block 3: large
+    x[128 + k] *= 1e-30F;                    // block 4: tiny (d still normal)
+    x[160 + k] = k % 2 == 0 ? 0.5F : -0.5F;  // block 5: every |x| the maximum
+  }
+  for_each_target([&] {
+    const quantized_x q = quantize(x);
+    for (std::size_t b = 0; b < x.size() / 32; ++b) {
+      float amax = 0.0F;
+      for (std::size_t k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[32 * b + k]));
+      INFO("block ", b);
+      REQUIRE(q.d[b] == amax / 127.0F);
+      for (std::size_t k = 0; k < 32; ++k) {
+        const std::size_t i = 32 * b + k;
+        REQUIRE(q.q[i] >= -127);
+        REQUIRE(q.q[i] <= 127);
+        const double err = std::fabs(static_cast<double>(x[i]) - static_cast<double>(q.d[b]) * q.q[i]);
+        REQUIRE(err <= q.d[b] * (0.5 + quant_slack));
+      }
+    }
+    CHECK(q.d[1] == 0.0F);
+    CHECK(std::all_of(q.q.begin() + 32, q.q.begin() + 64, [](std::int8_t v) { return v == 0; }));
+    CHECK(q.q[64 + 5] == -127);
+    // A NaN or an infinity makes its block's d so (and its integers 0): non-finite products.
+    std::vector<float> bad(64, 1.0F);
+    bad[3] = std::numeric_limits<float>::quiet_NaN();
+    bad[40] = -std::numeric_limits<float>::infinity();
+    const quantized_x qb = quantize(bad);
+    CHECK(std::isnan(qb.d[0]));
+    CHECK(std::isinf(qb.d[1]));
+    CHECK(std::all_of(qb.q.begin(), qb.q.end(), [](std::int8_t v) { return v == 0; }));
+  });
+  std::vector<std::int8_t> q(48);
+  std::vector<float> d(2);
+  CHECK_THROWS_WITH_AS(cpu::dispatch_quantize_q8_0_x(x.data(), 48, q.data(), d.data()),
+                       doctest::Contains("'n' is 48; expected a multiple of 32"), error);
+}
+
+TEST_CASE("cpu q8_0 / q4_0 integer gemv: within the derived bounds of the exact quantized product and the reference") {
+  std::mt19937 rng(46);
+  const reference_backend ref;
+  for (const dtype t : block_dtypes) {
+    // 1088 / 1120: 34 / 35 blocks (an odd count leaves one block after the pairs of AVX-512);
+    // 4128 = 4096 + 32: several 1 KB steps per row, then a ragged end.
+    for (const std::size_t cols : {32U, 64U, 96U, 1088U, 1120U, 4128U}) {
+      for (const std::size_t rows : {1U, 7U, 33U, 130U}) {           // 130: three 64-row tasks, 8-row groups and a rest
+        const test_weights w = make_weights(t, rows, cols, rng, 3);  // strided: 3 padding blocks of 0xff per row
+        const auto x = varied_vector(cols, rng);
+        const auto kept = random_subset(rows, 0.4, rng);
+        const auto all = all_indices(rows);
+        std::vector<float> want(rows);
+        REQUIRE(ref.run_with_scratch(gemv_args{w.view, x, want, subset::everything()}));
+        for_each_target([&] {
+          INFO(name(t), " rows ", rows, " cols ", cols);
+          const auto dense = cpu_gemv(w.view, x, subset::everything());
+          check_int8_rows(w.view, w.values, x, dense, want);
+          const auto gather = cpu_gemv(w.view, x, subset::only(kept));
+          REQUIRE(gather.size() == kept.size());
+          for (std::size_t k = 0; k < kept.size(); ++k) {
+            CHECK(same_bits(std::span<const float>(&gather[k], 1), std::span<const float>(&dense[kept[k]], 1)));
+          }
+          CHECK(same_bits(cpu_gemv(w.view, x, subset::only(all)), dense));  // keep-all gather == dense
+        });
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu q8_0 / q4_0 integer gemv: every weight integer (q8_0's -128 too), zero blocks, large and tiny x") {
+  std::mt19937 rng(47);
+  const reference_backend ref;
+  for (const dtype t : block_dtypes) {
+    for (const std::size_t cols : {64U, 1120U}) {
+      const test_weights w = random_block_weights(t, 21, cols, rng);
+      std::vector<float> x = varied_vector(cols, rng);
+      for (std::size_t k = 0; k < 32; ++k) x[32 + k] = 0.0F;  // a zero block: d_x = 0, no NaN
+      for (const float scale : {1.0F, 1e30F, 1e-20F}) {       // 1e-20: d_w·d_x stays a normal f32
+        std::vector<float> xs(x);
+        for (float& v : xs) v *= scale;
+        std::vector<float> want(w.view.rows);
+        REQUIRE(ref.run_with_scratch(gemv_args{w.view, xs, want, subset::everything()}));
+        for_each_target([&] {
+          INFO(name(t), " cols ", cols, " x scaled by ", scale);
+          const auto y = cpu_gemv(w.view, xs, subset::everything());
+          REQUIRE(std::all_of(y.begin(), y.end(), [](float v) { return std::isfinite(v); }));
+          check_int8_rows(w.view, w.values, xs, y, want);
+        });
+      }
+      // A NaN in x: every row's result is non-finite (as on the f32 path).
+      std::vector<float> nan_x(x);
+      nan_x[cols - 1] = std::numeric_limits<float>::quiet_NaN();
+      for_each_target([&] {
+        const auto y = cpu_gemv(w.view, nan_x, subset::everything());
+        CHECK(std::none_of(y.begin(), y.end(), [](float v) { return std::isfinite(v); }));
+      });
+    }
+  }
+}
+
+TEST_CASE("cpu q8_0 / q4_0 gemv, f32 path (int8_activations = false): dense and row gather match the reference") {
   std::mt19937 rng(41);
   const reference_backend ref;
   for (const dtype t : block_dtypes) {
@@ -110,18 +365,19 @@ TEST_CASE("cpu q8_0 / q4_0 gemv: dense and row gather match the reference on eve
         REQUIRE(ref.run_with_scratch(gemv_args{w.view, x, want, subset::everything()}));
         for_each_target([&] {
           INFO(name(t), " rows ", rows, " cols ", cols);
-          const auto dense = cpu_gemv(w.view, x, subset::everything());
+          CHECK(backend_with(false).workspace_size(gemv_args{w.view, x, want, subset::everything()}) == 0);
+          const auto dense = cpu_gemv(w.view, x, subset::everything(), false);
           for (std::size_t i = 0; i < rows; ++i) {
             const double mag = row_magnitude(w.values, static_cast<Eigen::Index>(i), x);
             INFO("row ", i, ": cpu ", dense[i], " reference ", want[i]);
             REQUIRE(std::fabs(static_cast<double>(dense[i]) - want[i]) <= 2.0 * dot_factor(cols + 2) * mag);
           }
-          const auto gather = cpu_gemv(w.view, x, subset::only(kept));
+          const auto gather = cpu_gemv(w.view, x, subset::only(kept), false);
           REQUIRE(gather.size() == kept.size());
           for (std::size_t k = 0; k < kept.size(); ++k) {
             CHECK(same_bits(std::span<const float>(&gather[k], 1), std::span<const float>(&dense[kept[k]], 1)));
           }
-          CHECK(same_bits(cpu_gemv(w.view, x, subset::only(all)), dense));  // keep-all gather == dense
+          CHECK(same_bits(cpu_gemv(w.view, x, subset::only(all), false), dense));  // keep-all gather == dense
         });
       }
     }
@@ -163,37 +419,44 @@ TEST_CASE("cpu q8_0 / q4_0 transposed linear equals the reference (bit for bit w
 TEST_CASE("cpu q8_0 / q4_0: the same bits for 1, 2 and 3 threads and for an engine's (ith, nth) split") {
   std::mt19937 rng(43);
   for (const dtype t : block_dtypes) {
-    const test_weights w = make_weights(t, 1000, 96, rng);  // GEMV: 16 tasks of 64 rows
-    const auto x = random_vector(96, rng);
+    const test_weights w = make_weights(t, 1000, 1120, rng);  // GEMV: 16 tasks of 64 rows
+    const auto x = varied_vector(1120, rng);
     const test_weights wt = make_weights(t, 96, 2080, rng);  // axpy: one column task per thread, the last ragged
+    const auto x_in = random_vector(96, rng);
     const auto kept_rows = random_subset(1000, 0.4, rng);
     const auto kept_inputs = random_subset(96, 0.4, rng);
-    for (const subset rows : {subset::everything(), subset::only(kept_rows)}) {
-      const auto one = cpu_gemv(w.view, x, rows);
-      for (const std::size_t threads : {1U, 2U, 3U}) {
-        INFO(name(t), " gemv, threads ", threads);
-        cpu::thread_pool pool(threads);
-        cpu::executor ex(pool);
-        CHECK(same_bits(cpu_gemv(w.view, x, rows, ex), one));
-        std::vector<float> y(one.size(), -1.0F);
-        std::vector<std::thread> engine;
-        for (std::size_t i = 0; i < threads; ++i) {
-          engine.emplace_back([&, i] {
-            cpu::executor mine = cpu::executor::split({i, threads});
-            (void)cpu_backend{}.run(gemv_args{w.view, x, y, rows}, {}, mine);
-          });
+    for (const bool int8 : {true, false}) {
+      const cpu_backend cpu = backend_with(int8);
+      for (const subset rows : {subset::everything(), subset::only(kept_rows)}) {
+        const auto one = cpu_gemv(w.view, x, rows, int8);
+        for (const std::size_t threads : {1U, 2U, 3U}) {
+          INFO(name(t), " gemv, int8 ", int8, ", threads ", threads);
+          cpu::thread_pool pool(threads);
+          cpu::executor ex(pool);
+          CHECK(same_bits(cpu_gemv(w.view, x, rows, ex, int8), one));
+          std::vector<float> y(one.size(), -1.0F);
+          std::vector<std::thread> engine;
+          for (std::size_t i = 0; i < threads; ++i) {
+            engine.emplace_back([&, i] {
+              // Each engine thread quantizes x into its own workspace.
+              const gemv_args a{w.view, x, y, rows};
+              std::vector<std::byte> workspace(cpu.workspace_size(a));
+              cpu::executor mine = cpu::executor::split({i, threads});
+              (void)cpu.run(a, workspace, mine);
+            });
+          }
+          for (auto& e : engine) e.join();
+          CHECK(same_bits(y, one));
         }
-        for (auto& e : engine) e.join();
-        CHECK(same_bits(y, one));
       }
     }
     for (const subset inputs : {subset::everything(), subset::only(kept_inputs)}) {
-      const auto one = cpu_axpy(wt.view, x, inputs);
+      const auto one = cpu_axpy(wt.view, x_in, inputs);
       for (const std::size_t threads : {1U, 2U, 3U}) {
         INFO(name(t), " axpy, threads ", threads);
         cpu::thread_pool pool(threads);
         cpu::executor ex(pool);
-        CHECK(same_bits(cpu_axpy(wt.view, x, inputs, ex), one));
+        CHECK(same_bits(cpu_axpy(wt.view, x_in, inputs, ex), one));
       }
     }
   }
@@ -221,7 +484,27 @@ TEST_CASE("cpu q8_0 / q4_0: rows of a length not a multiple of 32, and column ra
     CHECK_THROWS_WITH_AS(cpu::dispatch_axpy_rows(wt.view, nullptr, 4, x4.data(), 16, 64, y64.data()),
                          doctest::Contains("whole 32-value blocks"), error);
     CHECK_NOTHROW(cpu::dispatch_axpy_rows(wt.view, nullptr, 4, x4.data(), 32, 64, y64.data()));
+    // The integer path needs its workspace: x quantized, 4 bytes of d per 32 values, then 1 per value.
+    const test_weights w64 = make_weights(t, 4, 64, rng);
+    const std::vector<float> x64(64, 1.0F);
+    std::vector<float> y4(4);
+    const gemv_args a{w64.view, x64, y4, subset::everything()};
+    CHECK(cpu_backend{}.workspace_size(a) == 2 * 4 + 64);
+    CHECK_THROWS_WITH_AS((void)cpu_backend{}.run(a, {}, ex),
+                         doctest::Contains("cpu::gemv: argument 'workspace.size()' is 0; expected at least 72 bytes"),
+                         error);
+    std::vector<std::byte> workspace(72);
+    CHECK_NOTHROW((void)cpu_backend{}.run(a, workspace, ex));
+    CHECK_NOTHROW((void)backend_with(false).run(a, {}, ex));
   }
+  // The integer kernels' entry point takes q8_0 / q4_0 weights only.
+  std::vector<float> f(4 * 32, 1.0F);
+  const auto wf = matrix_view<const float>::packed(f.data(), 4, 32);
+  std::vector<std::int8_t> xq(32);
+  std::vector<float> xd(1);
+  std::vector<float> y(4);
+  CHECK_THROWS_WITH_AS(cpu::dispatch_gemv_rows_q8x(wf, nullptr, 0, 4, xq.data(), xd.data(), y.data()),
+                       doctest::Contains("'w.type' is \"f32\"; expected q8_0 or q4_0"), error);
 }
 
 TEST_CASE("cpu::transpose of q8_0 / q4_0 requantizes within the quantization step, and needs rows in blocks of 32") {

@@ -5,9 +5,10 @@
 //
 // Operations: dense and row-gather GEMV (gemv_args), the input-sparse linear over a
 // transposed weight (transposed_linear_args, a row axpy), and the gated FFN for decode, dense
-// or neuron-sparse (gated_ffn_args), the token-sparse prefill FFN (token_ffn_args), for f32, f16, bf16, q8_0 and q4_0
-// weights (the block types dequantized in registers, quant-inl.h). What it does not handle answers "not handled", so an
-// engine or the ops layer falls back to another backend.
+// or neuron-sparse (gated_ffn_args), the token-sparse prefill FFN (token_ffn_args), for f32, f16, bf16, q8_0 and
+// q4_0 weights (quant-inl.h: by default the GEMV of the block types runs on x quantized to 8-bit blocks, integer dot
+// products as ggml's; see cpu_backend::int8_activations). What it does not handle answers "not handled", so an engine
+// or the ops layer falls back to another backend.
 
 #include <actsparse/backends/cpu/executor.hpp>
 #include <actsparse/core/activation.hpp>
@@ -41,6 +42,24 @@ void dispatch_axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::s
 // the reference bit for bit). Defined by implementation.hpp.
 bool dispatch_fused_multiply_add();
 
+// x[0, n) quantized to 8-bit blocks of 32 values (the q8_0 rule with an f32 scale): d[b] =
+// max |x_i| / 127 over block b, q[i] = round(x_i / d[i / 32]) in [-127, 127], so |x_i −
+// d·q_i| <= d·(1/2 + 2^-16); q = 0 where d is 0 (or not finite: a NaN or Inf in x makes its
+// block's d so, and the products non-finite). n must be a multiple of 32 (else an error).
+// Writes q[0, n) and d[0, n / 32). Defined by implementation.hpp.
+void dispatch_quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d);
+
+// y[k] = W[row_k, :]·x for k in [begin, end), row_k = rows ? rows[k] : k, with x given
+// quantized (xq, xd of dispatch_quantize_q8_0_x): per block the exact int32 Σ q_w·q_x, times
+// d_w·d_x in f32. W of q8_0 / q4_0 only (else an error). Defined by implementation.hpp.
+void dispatch_gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
+                            const std::int8_t* xq, const float* xd, float* y);
+
+// Bytes of x quantized (n values): d (f32, one per 32 values), then q (int8, one per value).
+[[nodiscard]] constexpr std::size_t quantized_x_bytes(std::size_t n) noexcept {
+  return (n + 31) / 32 * sizeof(float) + n;
+}
+
 // Rows per task: the fixed work partition (results do not depend on how tasks are run).
 inline constexpr std::size_t gemv_rows_per_task = 64;
 
@@ -53,6 +72,18 @@ void gemv_all_rows(const weight_view& w, const std::uint32_t* rows, std::size_t 
     const std::size_t begin = t * gemv_rows_per_task;
     const std::size_t end = begin + gemv_rows_per_task < count ? begin + gemv_rows_per_task : count;
     dispatch_gemv_rows(w, rows, begin, end, x, y);
+  });
+}
+
+// The same on quantized x (dispatch_gemv_rows_q8x), the same fixed tasks.
+template <class Executor>
+void gemv_all_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t count, const std::int8_t* xq,
+                       const float* xd, float* y, const Executor& ex) {
+  const std::size_t tasks = (count + gemv_rows_per_task - 1) / gemv_rows_per_task;
+  ex.parallel_for(tasks, [&](std::size_t t) {
+    const std::size_t begin = t * gemv_rows_per_task;
+    const std::size_t end = begin + gemv_rows_per_task < count ? begin + gemv_rows_per_task : count;
+    dispatch_gemv_rows_q8x(w, rows, begin, end, xq, xd, y);
   });
 }
 
@@ -123,11 +154,27 @@ struct cpu_backend {
   // read this way must hold finite values (0·Inf is NaN).
   std::size_t coalesce_gap = 0;
 
+  // GEMV option for q8_0 / q4_0 weights (gemv_args, and the up and gate rows of the gated
+  // FFN): true (default) quantizes x once per call to 8-bit blocks (per 32 values d_x =
+  // max|x|/127 in f32, q_x = round(x/d_x) in int8; cpu::dispatch_quantize_q8_0_x) and runs
+  // integer dot products, as ggml does: per block the exact int32 Σ q_w·q_x, times d_w·d_x.
+  // Much less work per weight byte than dequantizing; the result carries x's quantization
+  // error, |x_i − d_x·q_x,i| <= d_x/2 per value, i.e. per row about Σ_b |d_w|·Σ_i |q_w,i|·d_x/2
+  // (tests/unit/test_cpu_quant.cpp states the whole bound). false keeps the f32 path: blocks
+  // dequantized exactly and multiplied by f32 x (within f32 rounding of the reference). The
+  // row axpy (transposed_linear_args, the FFN's down_t) is f32 either way. With the option
+  // the call needs a workspace (workspace_size) for the quantized x; with executor::split
+  // every calling thread quantizes x into its own, so each needs its own workspace.
+  bool int8_activations = true;
+
   [[nodiscard]] status can_implement(const gemv_args& a) const noexcept {
     if (!cpu::handles_gemv(a.w.type)) return status::not_handled("cpu: GEMV of this weight dtype is not built");
     return status::ok();
   }
-  [[nodiscard]] std::size_t workspace_size(const gemv_args&) const noexcept { return 0; }
+  // x quantized (int8 path): d (f32 per block), then q (int8 per value), from the front.
+  [[nodiscard]] std::size_t workspace_size(const gemv_args& a) const noexcept {
+    return int8_path(a.w.type) ? cpu::quantized_x_bytes(a.w.cols) : 0;
+  }
 
   [[nodiscard]] status can_implement(const transposed_linear_args& a) const noexcept {
     if (!cpu::handles_gemv(a.wt.type)) return status::not_handled("cpu: row-axpy of this weight dtype is not built");
@@ -157,12 +204,19 @@ struct cpu_backend {
     return status::ok();
   }
 
-  status run(const gemv_args& a, std::span<std::byte>, executor_type& ex) const {
+  status run(const gemv_args& a, std::span<std::byte> workspace, executor_type& ex) const {
     if (const status s = can_implement(a); !s) return s;
     constexpr std::string_view where = "cpu::gemv";
     check_arguments(a, where);
-    cpu::gemv_all_rows(a.w, a.rows.all ? nullptr : a.rows.indices.data(), a.rows.count(a.w.rows), a.x.data(),
-                       a.y.data(), ex);
+    const std::uint32_t* rows = a.rows.all ? nullptr : a.rows.indices.data();
+    const std::size_t count = a.rows.count(a.w.rows);
+    if (int8_path(a.w.type)) {
+      check_workspace(workspace, workspace_size(a), where);
+      const quantized_x q = quantize_x(a.x, workspace.data());
+      cpu::gemv_all_rows_q8x(a.w, rows, count, q.q, q.d, a.y.data(), ex);
+      return status::ok();
+    }
+    cpu::gemv_all_rows(a.w, rows, count, a.x.data(), a.y.data(), ex);
     return status::ok();
   }
   // --- y = W_down (act(W_gate x) ⊙ W_up x) over the kept neurons ----------------------------
@@ -171,6 +225,8 @@ struct cpu_backend {
   // column tasks: y = Σ_k h_{j_k}·down_t[j_k, :] (a row axpy: one contiguous row per kept
   // neuron), or, dense with only W_down given, y = W_down·h (a GEMV). The neuron-sparse path
   // needs down_t; keep-all equals dense bit for bit because both run the same row kernels.
+  // With int8_activations and q8_0 / q4_0 gate or up, x is quantized once, before phase 1,
+  // and their rows run the integer GEMV (phase 2 stays f32).
   [[nodiscard]] status can_implement(const gated_ffn_args& a) const noexcept {
     if (!cpu::handles_gemv(a.gate.type) || !cpu::handles_gemv(a.up.type)) {
       return status::not_handled("cpu: gate / up dtype not handled");
@@ -186,10 +242,11 @@ struct cpu_backend {
     }
     return status::ok();
   }
-  // f32 scratch: u and g of the kept neurons, h for all d_ff neurons (and, coalescing, the
-  // filled row list).
+  // Workspace, from the front: the f32 scratch (u and g of the kept neurons, h for all d_ff
+  // neurons and, coalescing, the filled row list), then, on the int8 path, x quantized (d: f32
+  // per block, then q: int8 per value). Everything after the front is 4-byte aligned.
   [[nodiscard]] std::size_t workspace_size(const gated_ffn_args& a) const noexcept {
-    return ffn_scratch_floats(a) * sizeof(float);
+    return ffn_scratch_floats(a) * sizeof(float) + (ffn_quantizes_x(a) ? cpu::quantized_x_bytes(a.gate.cols) : 0);
   }
   status run(const gated_ffn_args& a, std::span<std::byte> workspace, executor_type& ex) const {
     if (const status s = can_implement(a); !s) return s;
@@ -215,12 +272,21 @@ struct cpu_backend {
     if (coalesce) {
       for (std::size_t j = 0; j < d_ff; ++j) h[j] = 0.0F;  // the filled-in rows add 0
     }
+    quantized_x q{};
+    if (ffn_quantizes_x(a)) q = quantize_x(a.x, workspace.data() + ffn_scratch_floats(a) * sizeof(float));
+    const auto gemv_rows = [&](const weight_view& w, std::size_t begin, std::size_t end, float* out) {
+      if (int8_path(w.type)) {
+        cpu::dispatch_gemv_rows_q8x(w, rows, begin, end, q.q, q.d, out);
+      } else {
+        cpu::dispatch_gemv_rows(w, rows, begin, end, a.x.data(), out);
+      }
+    };
     const std::size_t tasks = (count + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
     ex.parallel_for(tasks, [&](std::size_t t) {
       const std::size_t begin = t * cpu::gemv_rows_per_task;
       const std::size_t end = begin + cpu::gemv_rows_per_task < count ? begin + cpu::gemv_rows_per_task : count;
-      cpu::dispatch_gemv_rows(a.up, rows, begin, end, a.x.data(), u);
-      if (!gate_given) cpu::dispatch_gemv_rows(a.gate, rows, begin, end, a.x.data(), g);
+      gemv_rows(a.up, begin, end, u);
+      if (!gate_given) gemv_rows(a.gate, begin, end, g);
       for (std::size_t k = begin; k < end; ++k) {
         const std::size_t j = rows != nullptr ? rows[k] : k;
         const float act = gate_given ? a.gate_act[j] : apply(a.act, g[k]);
@@ -248,10 +314,12 @@ struct cpu_backend {
   [[nodiscard]] status can_implement(const token_ffn_args& a) const noexcept {
     return can_implement(gated_ffn_args{a.act, a.gate, a.up, a.down, {}, {}, subset::everything(), {}, a.down_t});
   }
-  // f32 scratch: g and h of every kept token (2 × tokens × d_ff), and y (tokens × d_model).
+  // f32 scratch: g and h of every kept token (2 × tokens × d_ff), and y (tokens × d_model);
+  // then, on the int8 path, every kept token's input quantized (as gated_ffn_args).
   [[nodiscard]] std::size_t workspace_size(const token_ffn_args& a) const noexcept {
     const std::size_t k = a.tokens.count(a.input.rows);
-    return k * (2 * a.gate.rows + a.gate.cols) * sizeof(float);
+    return k *
+           (token_scratch_floats(a) * sizeof(float) + (token_quantizes_x(a) ? cpu::quantized_x_bytes(a.gate.cols) : 0));
   }
   status run(const token_ffn_args& a, std::span<std::byte> workspace, executor_type& ex) const {
     if (const status s = can_implement(a); !s) return s;
@@ -269,6 +337,22 @@ struct cpu_backend {
     float* const y = h + k * d_ff;                                  // [k × d_model]
     const auto token = [&](std::size_t i) { return a.tokens.all ? i : a.tokens.indices[i]; };
     const auto input = [&](std::size_t i) { return a.input.row(token(i)); };
+    std::byte* const quantized = workspace.data() + k * token_scratch_floats(a) * sizeof(float);
+    const std::size_t quantized_stride = cpu::quantized_x_bytes(d_model);
+    if (token_quantizes_x(a)) {
+      for (std::size_t i = 0; i < k; ++i) {
+        (void)quantize_x({input(i), d_model}, quantized + i * quantized_stride);
+      }
+    }
+    const auto gemv_rows = [&](const weight_view& w, std::size_t i, std::size_t begin, std::size_t end, float* out) {
+      if (int8_path(w.type)) {  // the quantized x of token i, laid out as quantize_x writes it
+        const auto* const d = reinterpret_cast<const float*>(quantized + i * quantized_stride);
+        const auto* const q = reinterpret_cast<const std::int8_t*>(d + d_model / 32);
+        cpu::dispatch_gemv_rows_q8x(w, nullptr, begin, end, q, d, out);
+      } else {
+        cpu::dispatch_gemv_rows(w, nullptr, begin, end, input(i), out);
+      }
+    };
     constexpr std::size_t group = 8;
     const std::size_t row_tasks = (d_ff + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
     ex.parallel_for(row_tasks, [&](std::size_t t) {
@@ -277,8 +361,8 @@ struct cpu_backend {
       for (std::size_t r = begin; r < end; r += group) {
         const std::size_t e = std::min(r + group, end);
         for (std::size_t i = 0; i < k; ++i) {
-          cpu::dispatch_gemv_rows(a.up, nullptr, r, e, input(i), h + i * d_ff);
-          cpu::dispatch_gemv_rows(a.gate, nullptr, r, e, input(i), g + i * d_ff);
+          gemv_rows(a.up, i, r, e, h + i * d_ff);
+          gemv_rows(a.gate, i, r, e, g + i * d_ff);
           for (std::size_t j = r; j < e; ++j) h[i * d_ff + j] *= apply(a.act, g[i * d_ff + j]);
         }
       }
@@ -313,18 +397,52 @@ struct cpu_backend {
  private:
   [[nodiscard]] bool coalescing(const subset& s) const noexcept { return coalesce_gap > 0 && !s.all; }
 
+  // Whether a GEMV of weights of type t runs on quantized x.
+  [[nodiscard]] bool int8_path(dtype t) const noexcept {
+    return int8_activations && (t == dtype::q8_0 || t == dtype::q4_0);
+  }
+  // Whether the FFN's phase 1 does (up, or gate when it is computed here).
+  [[nodiscard]] bool ffn_quantizes_x(const gated_ffn_args& a) const noexcept {
+    return int8_path(a.up.type) || (a.gate_act.empty() && int8_path(a.gate.type));
+  }
+
+  struct quantized_x {
+    const std::int8_t* q = nullptr;
+    const float* d = nullptr;
+  };
+  // Quantizes x into the workspace at `at` (4-byte aligned, quantized_x_bytes(x.size()) long:
+  // the caller checked): d first, then q.
+  static quantized_x quantize_x(std::span<const float> x, std::byte* at) {
+    auto* const d = reinterpret_cast<float*>(at);
+    auto* const q = reinterpret_cast<std::int8_t*>(d + x.size() / 32);
+    cpu::dispatch_quantize_q8_0_x(x.data(), x.size(), q, d);
+    return {q, d};
+  }
+
+  [[nodiscard]] bool token_quantizes_x(const token_ffn_args& a) const noexcept {
+    return int8_path(a.up.type) || int8_path(a.gate.type);
+  }
+  // Per kept token: g and h (d_ff each) and y (d_model).
+  [[nodiscard]] static std::size_t token_scratch_floats(const token_ffn_args& a) noexcept {
+    return 2 * a.gate.rows + a.gate.cols;
+  }
+
   [[nodiscard]] std::size_t ffn_scratch_floats(const gated_ffn_args& a) const noexcept {
     const std::size_t count = a.neurons.count(a.gate.rows);
     const std::size_t filled = coalescing(a.neurons) && !a.down_t.absent() ? a.gate.rows : 0;
     return count * (a.gate_act.empty() ? 2 : 1) + a.gate.rows + filled;
   }
 
-  // The first `bytes` of the workspace as f32 scratch; checks size and alignment.
-  static float* scratch(std::span<std::byte> workspace, std::size_t bytes, std::string_view where) {
+  // Checks that the workspace holds `bytes` and is 4-byte aligned.
+  static void check_workspace(std::span<std::byte> workspace, std::size_t bytes, std::string_view where) {
     if (workspace.size() < bytes || reinterpret_cast<std::uintptr_t>(workspace.data()) % alignof(float) != 0) {
       detail::fail(where, "workspace.size()", workspace.size(),
                    "at least " + std::to_string(bytes) + " bytes (workspace_size(args)), aligned to 4 bytes");
     }
+  }
+  // The first `bytes` of the workspace as f32 scratch; checks size and alignment.
+  static float* scratch(std::span<std::byte> workspace, std::size_t bytes, std::string_view where) {
+    check_workspace(workspace, bytes, where);
     return reinterpret_cast<float*>(workspace.data());
   }
 };

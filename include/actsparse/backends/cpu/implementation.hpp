@@ -33,6 +33,8 @@ namespace actsparse::cpu {
 HWY_EXPORT(gemv_rows);
 HWY_EXPORT(axpy_rows);
 HWY_EXPORT(fused_multiply_add);
+HWY_EXPORT(quantize_q8_0_x);
+HWY_EXPORT(gemv_rows_q8x);
 #define ACTSPARSE_CPU_DISPATCH(f) HWY_DYNAMIC_DISPATCH(f)
 #endif
 
@@ -45,6 +47,19 @@ void dispatch_axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::s
   ACTSPARSE_CPU_DISPATCH(axpy_rows)(wt, rows, count, coef, col_begin, col_end, y);
 }
 bool dispatch_fused_multiply_add() { return ACTSPARSE_CPU_DISPATCH(fused_multiply_add)(); }
+void dispatch_quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d) {
+  detail::require(n % 32 == 0, "cpu::quantize_q8_0_x", "n", n, "a multiple of 32 (whole blocks of x)");
+  ACTSPARSE_CPU_DISPATCH(quantize_q8_0_x)(x, n, q, d);
+}
+void dispatch_gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
+                            const std::int8_t* xq, const float* xd, float* y) {
+  constexpr std::string_view where = "cpu::gemv_rows_q8x";
+  if (w.type != dtype::q8_0 && w.type != dtype::q4_0) {
+    detail::fail(where, "w.type", name(w.type), "q8_0 or q4_0 (the weight dtypes of the integer GEMV)");
+  }
+  detail::require(w.cols % 32 == 0, where, "w.cols", w.cols, "a multiple of 32 (whole blocks)");
+  ACTSPARSE_CPU_DISPATCH(gemv_rows_q8x)(w, rows, begin, end, xq, xd, y);
+}
 #undef ACTSPARSE_CPU_DISPATCH
 
 }  // namespace actsparse::cpu

@@ -2,6 +2,9 @@
 // scale d per block, core/dtype.hpp) with f32 activations: row dot products (dense / row
 // gather GEMV) and row axpy over a transposed block matrix (input-sparse linear). Blocks are
 // dequantized in registers: int8 or nibble -> f32 (exact), d f16 -> f32 (exact, a table).
+// And the integer GEMV (ggml's vec_dot_q8_0_q8_0 / q4_0_q8_0 idea): x quantized once per call
+// to 8-bit blocks (quantize_q8_0_x), then per block an exact int32 dot product of the weight
+// integers with x's, scaled by d_w·d_x in f32 (gemv_rows_q8x; AVX-512 VNNI, AVX2, portable).
 // Included by gemv-inl.h inside its toggle guard, so foreach_target.h compiles it per target.
 // No #pragma once: the toggle guard below lets foreach_target.h re-include this file.
 
@@ -45,13 +48,19 @@ inline const float* f16_to_f32_table() {
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/views.hpp>
 
+#include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include <hwy/highway.h>
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace actsparse::cpu::HWY_NAMESPACE {
@@ -311,6 +320,370 @@ HWY_NOINLINE void axpy_block_range(const weight_view& wt, const std::uint32_t* r
     axpy_block_rows<1>(one, static_cast<const B* const*>(nullptr), &cj, blocks, scales, out);
   }
 }
+
+// ---- The integer path: x quantized to 8-bit blocks --------------------------------------
+//
+// Quantized x (the layout the backend keeps in its workspace): for block b of 32 values,
+// d[b] = max_i |x_i| / 127 in f32 and q[32b + i] = round(x_i / d[b]) (ties to even) in int8,
+// so x_i ≈ d[b]·q[32b + i] with |x_i − d[b]·q[32b + i]| <= d[b]·(1/2 + 2^-16) (a correctly
+// rounded division; the slack covers it and the emulated rounding of the scalar targets).
+// The scale is kept in f32 (ggml's block_q8_0 rounds it to f16): one rounding less.
+
+// Quantizes x[0, n) (n a multiple of 32): q[0, n) and d[0, n / 32). |x| is maximized on the
+// bit patterns, so a NaN (or an infinity) in a block makes its d NaN (infinite) and every row's
+// product non-finite, as on the f32 path; such a block, or one of zeros (d = 0), gets q = 0.
+// A block whose d is subnormal is quantized with q clamped to [−127, 127] (coarser there).
+HWY_NOINLINE inline void quantize_q8_0_x(const float* HWY_RESTRICT x, std::size_t n, std::int8_t* HWY_RESTRICT q,
+                                         float* HWY_RESTRICT d) {
+  const block_tag df;
+  const hn::RebindToSigned<block_tag> di;
+  const hn::Rebind<std::int8_t, block_tag> d8;
+  const std::size_t lanes = hn::Lanes(df);
+  const auto magnitude = hn::Set(di, 0x7fffffff);
+  const auto low = hn::Set(di, -127);
+  const auto high = hn::Set(di, 127);
+  for (std::size_t b = 0; b < n / values_per_block; ++b) {
+    const float* HWY_RESTRICT xb = x + b * values_per_block;
+    std::int8_t* HWY_RESTRICT qb = q + b * values_per_block;
+    auto m = hn::Zero(di);
+    for (std::size_t o = 0; o < values_per_block; o += lanes) {
+      m = hn::Max(m, hn::And(hn::BitCast(di, hn::LoadU(df, xb + o)), magnitude));
+    }
+    const auto amax = std::bit_cast<float>(hn::GetLane(hn::MaxOfLanes(di, m)));
+    const float scale = amax / 127.0F;
+    d[b] = scale;
+    if (scale > 0.0F && scale <= std::numeric_limits<float>::max()) {
+      const auto vs = hn::Set(df, scale);
+      for (std::size_t o = 0; o < values_per_block; o += lanes) {
+        const auto qi = hn::Min(hn::Max(hn::NearestInt(hn::Div(hn::LoadU(df, xb + o), vs)), low), high);
+        hn::StoreU(hn::DemoteTo(d8, qi), d8, qb + o);
+      }
+    } else {
+      for (std::size_t i = 0; i < values_per_block; ++i) qb[i] = 0;
+    }
+  }
+}
+
+// int8_kernel, one per target: the integer block products. A unit is `unit` consecutive
+// blocks (one vector): prepare() computes what the rows share of a unit of x, dot() adds one
+// row's unit to its accumulator: per block the exact int32 sum Σ q_w·q_x (kept as lane
+// partial sums, each exact in f32), times d_w·d_x (one f32 product), added with one fused
+// multiply-add per lane (or a product and a sum where the target has no FMA). Single: the
+// unit is one block, the last of an odd count.
+// GCC 12 warns falsely on the intrinsics' undefined inputs (as Highway's x86 headers, these
+// kernels turn the warnings off).
+HWY_DIAGNOSTICS(push)
+#if HWY_COMPILER_GCC_ACTUAL
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
+HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
+#endif
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
+// AVX-512 VNNI: AVX3_DL and the better x86 targets of later Highway versions (Highway checks
+// AVX512_VNNI for AVX3_DL, but its 1.0.3 target string names only the VEX form, so these
+// functions add it). Two blocks per 512-bit vector; vpdpbusd takes
+// u8 × s8, so the weights are made unsigned: q8_0's q + 128 (q xor 0x80), q4_0's nibble n =
+// q + 8 as stored, and the offset is taken back with −k·Σ q_x per lane (k = 128 or 8) as the
+// accumulator's start: each lane is then exactly Σ_{4 values} q_w·q_x.
+#if HWY_COMPILER_MSVC
+#define ACTSPARSE_INT8_ATTR
+#else
+#define ACTSPARSE_INT8_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
+#endif
+
+// Index vectors of the two-block loads. q4_0, from the 36 bytes of two blocks: byte i is
+// value i % 32 of block i / 32, the low nibble of stored byte i % 16 below 16, the high one
+// above (vpermb, then a shift by 0 or 4 per 16-bit word, then & 0x0f). q8_0, from the first
+// 64 bytes of the two blocks (a) and the second block's 32 values (b): byte i < 32 is a's
+// 2 + i, byte i >= 32 is b's i − 32 (vpermt2b). The f16 scales: words 0 and 9 (q4_0) or 17
+// (q8_0) of the load, each to 8 words (vpermw, then vcvtph2ps: exact, no table look-up).
+alignas(64) inline constexpr std::array<std::uint8_t, 64> q4_pair_bytes = [] {
+  std::array<std::uint8_t, 64> a{};
+  for (std::size_t i = 0; i < 64; ++i) a[i] = static_cast<std::uint8_t>(i / 32 * sizeof(block_q4_0) + 2 + i % 16);
+  return a;
+}();
+alignas(64) inline constexpr std::array<std::uint16_t, 32> q4_pair_shifts = [] {
+  std::array<std::uint16_t, 32> a{};
+  for (std::size_t w = 0; w < 32; ++w) a[w] = (2 * w) % 32 >= 16 ? 4 : 0;
+  return a;
+}();
+alignas(64) inline constexpr std::array<std::uint8_t, 64> q8_pair_bytes = [] {
+  std::array<std::uint8_t, 64> a{};
+  for (std::size_t i = 0; i < 64; ++i) a[i] = static_cast<std::uint8_t>(i < 32 ? 2 + i : 64 + i - 32);
+  return a;
+}();
+template <class B>
+alignas(64) inline constexpr std::array<std::uint16_t, 32> pair_scale_words = [] {
+  std::array<std::uint16_t, 32> a{};
+  for (std::size_t w = 8; w < 16; ++w) a[w] = static_cast<std::uint16_t>(sizeof(B) / 2);
+  return a;
+}();
+
+struct int8_kernel {
+  using acc_type = __m512;
+  static constexpr std::size_t unit = 2;
+  struct x_unit {
+    __m512i q;     // q_x of the two blocks (the second's 0 when Single)
+    __m512i corr;  // −k·(sum of the lane's 4 values of q_x)
+    __m512 dx;     // d_x of the first block (lanes 0-7), of the second (8-15; 0 when Single)
+  };
+
+  ACTSPARSE_INT8_ATTR static HWY_INLINE __m512 zero() { return _mm512_setzero_ps(); }
+
+  template <class B, bool Single>
+  ACTSPARSE_INT8_ATTR static HWY_INLINE x_unit prepare(const std::int8_t* xq, const float* xd, std::size_t b) {
+    x_unit u;
+    const std::int8_t* xb = xq + b * values_per_block;
+    if constexpr (Single) {
+      u.q = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb)));
+    } else {
+      u.q = _mm512_loadu_si512(xb);
+    }
+    const __m512i k = _mm512_set1_epi8(static_cast<char>(std::is_same_v<B, block_q8_0> ? 0x80 : 0x08));
+    const __m512i zero_i = _mm512_setzero_si512();
+    u.corr = _mm512_sub_epi32(zero_i, _mm512_dpbusd_epi32(zero_i, k, u.q));
+    const __m512 d0 = _mm512_set1_ps(xd[b]);
+    if constexpr (Single) {
+      u.dx = _mm512_maskz_mov_ps(0x00ff, d0);
+    } else {
+      u.dx = _mm512_mask_mov_ps(d0, 0xff00, _mm512_set1_ps(xd[b + 1]));
+    }
+    return u;
+  }
+
+  template <class B, bool Single>
+  ACTSPARSE_INT8_ATTR static HWY_INLINE __m512 dot(const B* HWY_RESTRICT blk, const x_unit& u, const float*,
+                                                   __m512 acc) {
+    __m512i raw;  // the loaded bytes: the two blocks from their start (q8_0: the first 64)
+    __m512i wv;
+    if constexpr (std::is_same_v<B, block_q8_0>) {
+      __m512i second = _mm512_setzero_si512();
+      if constexpr (Single) {
+        raw = _mm512_maskz_loadu_epi8((std::uint64_t{1} << sizeof(block_q8_0)) - 1, blk);  // no further
+      } else {
+        raw = _mm512_loadu_si512(blk);
+        second = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)));
+      }
+      wv = _mm512_permutex2var_epi8(raw, _mm512_load_si512(q8_pair_bytes.data()), second);
+      wv = _mm512_xor_si512(wv, _mm512_set1_epi8(static_cast<char>(0x80)));  // Single: 128 × x's zeros
+    } else {
+      // The 36 bytes of the two blocks (18 of one), no further: a masked load does not fault.
+      raw = _mm512_maskz_loadu_epi8((std::uint64_t{1} << ((Single ? 1 : 2) * sizeof(block_q4_0))) - 1, blk);
+      const __m512i spread = _mm512_permutexvar_epi8(_mm512_load_si512(q4_pair_bytes.data()), raw);
+      wv =
+          _mm512_and_si512(_mm512_srlv_epi16(spread, _mm512_load_si512(q4_pair_shifts.data())), _mm512_set1_epi8(0x0f));
+    }
+    const __m512i sums = _mm512_dpbusd_epi32(u.corr, wv, u.q);
+    // Single: the second scale's word was not loaded (0), and dx is 0 there.
+    const __m512 dw = _mm512_cvtph_ps(
+        _mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(pair_scale_words<B>.data()), raw)));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw, u.dx), acc);
+  }
+
+  ACTSPARSE_INT8_ATTR static HWY_INLINE float reduce(__m512 acc) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc),
+                                   _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0x0f, _mm512_castps_pd(acc), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
+};
+
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// AVX2 (also run by AVX3 without VNNI): one block per 256-bit vector. q8_0: vpmaddubsw takes
+// u8 × s8, so |q_w| times sign(q_w)·q_x (the sign trick: pairs of products <= 2·128·127, no
+// saturation); q4_0: the nibbles n = q + 8 times q_x, and −8·Σ q_x per lane added back. Then
+// vpmaddwd by 1 sums the pairs: each lane exactly Σ_{4 values} q_w·q_x.
+#define ACTSPARSE_INT8_ATTR
+
+struct int8_kernel {
+  using acc_type = __m256;
+  static constexpr std::size_t unit = 1;
+  struct x_unit {
+    __m256i q;     // q_x
+    __m256i corr;  // q4_0: −8·(sum of the lane's 4 values of q_x)
+    __m256 dx;
+  };
+
+  static HWY_INLINE __m256 zero() { return _mm256_setzero_ps(); }
+
+  template <class B, bool Single>
+  static HWY_INLINE x_unit prepare(const std::int8_t* xq, const float* xd, std::size_t b) {
+    x_unit u;
+    u.q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * values_per_block));
+    u.dx = _mm256_set1_ps(xd[b]);
+    if constexpr (std::is_same_v<B, block_q4_0>) {
+      const __m256i sum = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), u.q), _mm256_set1_epi16(1));
+      u.corr = _mm256_sub_epi32(_mm256_setzero_si256(), sum);
+    } else {
+      u.corr = _mm256_setzero_si256();
+    }
+    return u;
+  }
+
+  template <class B, bool Single>
+  static HWY_INLINE __m256 dot(const B* HWY_RESTRICT blk, const x_unit& u, const float* HWY_RESTRICT scales,
+                               __m256 acc) {
+    const __m256i xv = u.q;
+    __m256i pairs;
+    if constexpr (std::is_same_v<B, block_q8_0>) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+      pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+    } else {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+      const __m256i nibbles = _mm256_and_si256(
+          _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1), _mm256_set1_epi8(0x0f));
+      pairs = _mm256_maddubs_epi16(nibbles, xv);
+    }
+    __m256i sums = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+    if constexpr (std::is_same_v<B, block_q4_0>) sums = _mm256_add_epi32(sums, u.corr);
+    const __m256 s = _mm256_mul_ps(_mm256_set1_ps(scales[blk->d.bits]), u.dx);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s, acc);
+  }
+
+  static HWY_INLINE float reduce(__m256 acc) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
+};
+
+#else
+// Every other target (SSE4, SSSE3, EMU128, SCALAR, non-x86): portable scalar code, one block
+// at a time: the int32 sum, then acc += float(sum)·(d_w·d_x).
+#define ACTSPARSE_INT8_ATTR
+
+struct int8_kernel {
+  using acc_type = float;
+  static constexpr std::size_t unit = 1;
+  struct x_unit {
+    const std::int8_t* q;
+    float dx;
+  };
+
+  static HWY_INLINE float zero() { return 0.0F; }
+
+  template <class B, bool Single>
+  static HWY_INLINE x_unit prepare(const std::int8_t* xq, const float* xd, std::size_t b) {
+    return {xq + b * values_per_block, xd[b]};
+  }
+
+  template <class B, bool Single>
+  static HWY_INLINE float dot(const B* HWY_RESTRICT blk, const x_unit& u, const float* HWY_RESTRICT scales, float acc) {
+    const std::int8_t* HWY_RESTRICT xb = u.q;
+    std::int32_t sum = 0;
+    if constexpr (std::is_same_v<B, block_q8_0>) {
+      for (std::size_t i = 0; i < values_per_block; ++i) sum += std::int32_t{blk->qs[i]} * xb[i];
+    } else {
+      for (std::size_t i = 0; i < half_block; ++i) {
+        sum += ((blk->qs[i] & 0x0f) - 8) * xb[i] + ((blk->qs[i] >> 4) - 8) * xb[half_block + i];
+      }
+    }
+    return acc + static_cast<float>(sum) * (scales[blk->d.bits] * u.dx);
+  }
+
+  static HWY_INLINE float reduce(float acc) { return acc; }
+};
+#endif
+
+// Software prefetch distance of the integer GEMV (bytes ahead in each row stream; past a
+// row's end, into the row of the next call). Measured on the AMD EPYC (Zen 5) host, 7B shape
+// from DRAM, one thread: 1 KB ahead read 10-15% faster than prefetching the next call's rows
+// at the same offset (the f32 block kernels' way), and 2 KB or 512 B no faster.
+#ifdef ACTSPARSE_CPU_PREFETCH_BYTES
+inline constexpr std::size_t int8_prefetch_bytes = ACTSPARSE_CPU_PREFETCH_BYTES;
+#else
+inline constexpr std::size_t int8_prefetch_bytes = 1024;
+#endif
+
+// out[r] = Σ_b d_w,rb·d_x,b·Σ_i q_w,rbi·q_x,bi for R block rows of `blocks` blocks each: unit
+// after unit, the x side of a unit prepared once (in registers) for the R rows, which are R
+// streams read at once, each prefetched int8_prefetch_bytes ahead and, near its end, into the
+// matching row of `next` (R rows, or null: the rows of the next call). Every 64-byte line
+// holds the start of one of the blocks prefetched, so every line is covered. One accumulator
+// per row takes its units in order: a row's result depends only on the row, x, blocks and
+// the target (a row gather of every row equals the dense GEMV bit for bit). Measured on the
+// host, in L2: this order reads 1.5-2x faster than rows taken a run of 1 KB at a time (the x
+// side then comes from memory for every row: the loads limit), and reading the f16 scales
+// from the loaded bytes (vpermw, vcvtph2ps) beats two table broadcasts per row and unit.
+template <std::size_t R, class B>
+ACTSPARSE_INT8_ATTR HWY_INLINE void int8_dot_rows(const B* const* HWY_RESTRICT w, const B* const* next,
+                                                  const std::int8_t* HWY_RESTRICT xq, const float* HWY_RESTRICT xd,
+                                                  std::size_t blocks, const float* HWY_RESTRICT scales,
+                                                  float* HWY_RESTRICT out) {
+  using K = int8_kernel;
+  constexpr std::size_t U = K::unit;
+  constexpr std::size_t prefetch_every = 64 / sizeof(B);  // blocks: q8_0 every one, q4_0 every third
+  const std::size_t row_bytes = blocks * sizeof(B);
+  typename K::acc_type acc[R];
+  for (std::size_t r = 0; r < R; ++r) acc[r] = K::zero();
+  std::size_t b = 0;
+  for (; b + U <= blocks; b += U) {
+    const typename K::x_unit xu = K::template prepare<B, false>(xq, xd, b);
+    for (std::size_t k = b; k < b + U; ++k) {
+      if (k % prefetch_every != 0) continue;
+      const std::size_t ahead = k * sizeof(B) + int8_prefetch_bytes;  // byte offset in the row
+      if (ahead < row_bytes) {
+        for (std::size_t r = 0; r < R; ++r) prefetch_line(reinterpret_cast<const char*>(w[r]) + ahead);
+      } else if (next != nullptr) {
+        for (std::size_t r = 0; r < R; ++r) prefetch_line(reinterpret_cast<const char*>(next[r]) + ahead - row_bytes);
+      }
+    }
+    for (std::size_t r = 0; r < R; ++r) acc[r] = K::template dot<B, false>(w[r] + b, xu, scales, acc[r]);
+  }
+  if constexpr (U > 1) {
+    if (b < blocks) {  // one block left
+      const typename K::x_unit xu = K::template prepare<B, true>(xq, xd, b);
+      for (std::size_t r = 0; r < R; ++r) acc[r] = K::template dot<B, true>(w[r] + b, xu, scales, acc[r]);
+    }
+  }
+  for (std::size_t r = 0; r < R; ++r) out[r] = K::reduce(acc[r]);
+}
+
+// y[k] = W[row_k, :]·x for k in [begin, end), row_k = rows ? rows[k] : k, on quantized x (xq,
+// xd); W of q8_0 / q4_0 with w.cols a multiple of 32. block_rows_at_once rows at a time, the
+// next group's rows passed along for the prefetch near the ends of the rows.
+template <class B>
+ACTSPARSE_INT8_ATTR HWY_NOINLINE void int8_gemv_range(const weight_view& w, const std::uint32_t* rows,
+                                                      std::size_t begin, std::size_t end,
+                                                      const std::int8_t* HWY_RESTRICT xq, const float* HWY_RESTRICT xd,
+                                                      float* HWY_RESTRICT y) {
+  static_assert(is_block_type<B>);
+  const auto* base = static_cast<const std::byte*>(w.data);
+  const std::size_t blocks = w.cols / values_per_block;
+  const float* scales = f16_to_f32_table();
+  constexpr std::size_t R = block_rows_at_once;
+  std::size_t k = begin;
+  for (; k + R <= end; k += R) {
+    const B* group[R];
+    const B* next[R] = {};
+    const bool more = k + 2 * R <= end;
+    for (std::size_t r = 0; r < R; ++r) {
+      group[r] = reinterpret_cast<const B*>(base + (rows != nullptr ? rows[k + r] : k + r) * w.row_stride);
+      if (more)
+        next[r] = reinterpret_cast<const B*>(base + (rows != nullptr ? rows[k + R + r] : k + R + r) * w.row_stride);
+    }
+    int8_dot_rows<R>(group, more ? next : nullptr, xq, xd, blocks, scales, y + k);
+  }
+  for (; k < end; ++k) {
+    const B* one[1] = {reinterpret_cast<const B*>(base + (rows != nullptr ? rows[k] : k) * w.row_stride)};
+    int8_dot_rows<1>(one, static_cast<const B* const*>(nullptr), xq, xd, blocks, scales, y + k);
+  }
+}
+
+// The entry point each target exports for the integer GEMV (q8_0 / q4_0 weights; the caller,
+// implementation.hpp, checks the dtype and w.cols).
+ACTSPARSE_INT8_ATTR inline void gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t begin,
+                                              std::size_t end, const std::int8_t* xq, const float* xd, float* y) {
+  if (w.type == dtype::q8_0) {
+    int8_gemv_range<block_q8_0>(w, rows, begin, end, xq, xd, y);
+  } else {
+    int8_gemv_range<block_q4_0>(w, rows, begin, end, xq, xd, y);
+  }
+}
+
+#undef ACTSPARSE_INT8_ATTR
+HWY_DIAGNOSTICS(pop)
 
 }  // namespace actsparse::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
