@@ -1,0 +1,400 @@
+#pragma once
+// CUDA kernel generator: a kernel_config in, CUDA C++ source text out (extern "C"
+// __global__ functions whose names are derived from the config), for run-time compilation
+// with NVRTC (nvrtc.hpp). The same config always gives the same text.
+//
+// Every kernel is deterministic: a fixed work partition and fixed reduction orders, no
+// float atomics, so the same inputs give the same bits on every run.
+//
+// Kernels (W a row-major matrix of `weight` storage, rows `row_stride` bytes apart; cols a
+// multiple of block_values(weight); x, y, coef and h f32; idx u32; T = threads_per_block,
+// R = rows_per_warp; one warp computes R rows, lanes take storage elements round robin and
+// the partial sums meet in a xor-butterfly shuffle):
+//   gemv:        actsparse_gemv_<dt>_t<T>[_r<R>](w, row_stride, x, rows, cols, y)
+//                y[k] = W[k,:]·x.  grid: ceil(rows / (T/32·R)) blocks of T threads.
+//   gather_gemv: actsparse_gather_gemv_<dt>_t<T>[_r<R>](w, row_stride, x, cols, idx, count, y)
+//                y[k] = W[idx[k],:]·x (output-sparse).  grid: ceil(count / (T/32·R)).
+//   row_axpy:    actsparse_row_axpy_<dt>_t<T>(wt, row_stride, idx, coef, count, cols, y)
+//                y = Σ_k coef[k]·Wt[idx[k],:] (input-sparse); each thread owns one storage
+//                element (1 or 32 columns) and loops over k in order.  grid: ceil(cols / bv / T).
+//   gate_select: two kernels, launched in order on the same grid (ceil(rows / (T/32·R))):
+//                actsparse_gate_<act>_<dt>_t<T>[_r<R>](w, row_stride, x, rows, cols, threshold, h, block_counts)
+//                  h[j] = act(W[j,:]·x); block_counts[b] = #{j in block b : |h[j]| > threshold}
+//                actsparse_compact_t<T>(h, rows, rows_per_block, threshold, block_counts, idx, count)
+//                  idx = the kept j in increasing order; *count = their number (written by the
+//                  last block; the caller sets it when rows == 0). Block b writes at the sum of
+//                  block_counts[0..b), so the list does not depend on scheduling.
+
+#include <actsparse/backends/cuda/device_math.hpp>
+#include <actsparse/core/activation.hpp>
+#include <actsparse/core/dtype.hpp>
+#include <actsparse/core/error.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#ifdef ACTSPARSE_CUDA_FN
+#error "ACTSPARSE_CUDA_FN must not be defined before generator.hpp is included (see device_math.hpp)"
+#endif
+
+namespace actsparse::cuda {
+
+enum class kernel_op : std::uint8_t { gemv, gather_gemv, row_axpy, gate_select };
+
+[[nodiscard]] constexpr std::string_view name(kernel_op op) noexcept {
+  switch (op) {
+    case kernel_op::gemv:
+      return "gemv";
+    case kernel_op::gather_gemv:
+      return "gather_gemv";
+    case kernel_op::row_axpy:
+      return "row_axpy";
+    case kernel_op::gate_select:
+      return "gate_select";
+  }
+  return "?";
+}
+
+struct kernel_config {
+  kernel_op op = kernel_op::gemv;
+  dtype weight = dtype::f32;
+  activation act = activation::silu;  // gate_select only
+  unsigned threads_per_block = 256;   // a multiple of 32 in [32, 1024]
+  unsigned rows_per_warp = 1;         // 1, 2, 4 or 8 rows share each load of x (1 for row_axpy)
+};
+
+namespace detail {
+
+inline constexpr std::string_view generator_where = "cuda::generate_cuda";
+
+[[nodiscard]] constexpr bool known(dtype t) noexcept {
+  return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16 || t == dtype::q8_0 || t == dtype::q4_0;
+}
+
+[[nodiscard]] constexpr bool known(activation a) noexcept {
+  return a == activation::silu || a == activation::gelu || a == activation::relu;
+}
+
+[[nodiscard]] constexpr bool known(kernel_op op) noexcept {
+  return op == kernel_op::gemv || op == kernel_op::gather_gemv || op == kernel_op::row_axpy ||
+         op == kernel_op::gate_select;
+}
+
+[[nodiscard]] inline std::string decoder_source(dtype t) {
+  switch (t) {
+    case dtype::f32:
+      return ACTSPARSE_CUDA_STRINGIFY(ACTSPARSE_CUDA_DECODE_F32);
+    case dtype::f16:
+      return ACTSPARSE_CUDA_STRINGIFY(ACTSPARSE_CUDA_DECODE_F16);
+    case dtype::bf16:
+      return ACTSPARSE_CUDA_STRINGIFY(ACTSPARSE_CUDA_DECODE_BF16);
+    case dtype::q8_0:
+      return ACTSPARSE_CUDA_STRINGIFY(ACTSPARSE_CUDA_DECODE_Q8_0);
+    case dtype::q4_0:
+      return ACTSPARSE_CUDA_STRINGIFY(ACTSPARSE_CUDA_DECODE_Q4_0);
+  }
+  return {};
+}
+
+// The device primitives of device_math.hpp, and the warp reduction.
+inline constexpr std::string_view prelude = R"(#define ACTSPARSE_CUDA_FN __device__ __forceinline__
+ACTSPARSE_CUDA_FN unsigned short actsparse_load_u16(const unsigned char* p) { return *(const unsigned short*)p; }
+ACTSPARSE_CUDA_FN float actsparse_load_f32(const unsigned char* p) { return *(const float*)p; }
+ACTSPARSE_CUDA_FN float actsparse_half_to_float(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+ACTSPARSE_CUDA_FN float actsparse_bits_to_float(unsigned int b) { return __uint_as_float(b); }
+// Every lane ends with the same sum: each step adds a pair in both lanes, and a + b == b + a.
+ACTSPARSE_CUDA_FN float actsparse_warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+ACTSPARSE_CUDA_FN unsigned int actsparse_warp_sum_u32(unsigned int v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+)";
+
+inline void validate(const kernel_config& c) {
+  const std::string_view w = generator_where;
+  actsparse::detail::require(known(c.op), w, "op", static_cast<int>(c.op),
+                             "gemv, gather_gemv, row_axpy or gate_select");
+  actsparse::detail::require(known(c.weight), w, "weight", static_cast<int>(c.weight), "f32, f16, bf16, q8_0 or q4_0");
+  actsparse::detail::require(known(c.act), w, "act", static_cast<int>(c.act), "silu, gelu or relu");
+  actsparse::detail::require(c.threads_per_block >= 32 && c.threads_per_block <= 1024 && c.threads_per_block % 32 == 0,
+                             w, "threads_per_block", c.threads_per_block,
+                             "a multiple of 32 (the warp size) in [32, 1024]");
+  if (c.op == kernel_op::row_axpy) {
+    actsparse::detail::require(c.rows_per_warp == 1, w, "rows_per_warp", c.rows_per_warp,
+                               "1 for row_axpy (each thread owns columns and loops over the kept rows)");
+  } else {
+    const unsigned r = c.rows_per_warp;
+    actsparse::detail::require(r == 1 || r == 2 || r == 4 || r == 8, w, "rows_per_warp", r, "1, 2, 4 or 8");
+  }
+}
+
+[[nodiscard]] inline std::string suffix(const kernel_config& c) {
+  std::string s = "_t" + std::to_string(c.threads_per_block);
+  if (c.rows_per_warp > 1) s += "_r" + std::to_string(c.rows_per_warp);
+  return s;
+}
+
+// Replaces every "$KEY" in text by its value (keys are distinct and not prefixes of one another).
+[[nodiscard]] inline std::string fill(std::string_view text,
+                                      const std::vector<std::pair<std::string_view, std::string>>& keys) {
+  std::string out;
+  out.reserve(text.size() + 256);
+  std::size_t i = 0;
+  while (i < text.size()) {
+    bool replaced = false;
+    if (text[i] == '$') {
+      for (const auto& [key, value] : keys) {
+        if (text.substr(i + 1, key.size()) == key) {
+          out += value;
+          i += 1 + key.size();
+          replaced = true;
+          break;
+        }
+      }
+    }
+    if (!replaced) out += text[i++];
+  }
+  return out;
+}
+
+// The body shared by the warp-per-row kernels: acc[r] = W[row(first + r), :]·x, in every lane.
+// $ROW(k) is the row of output k; rows of outputs >= $LIMIT are never written (row 0 is read
+// in their place so that every lane reaches the shuffles).
+inline constexpr std::string_view warp_rows_body = R"(  const unsigned int lane = threadIdx.x & 31u;
+  const unsigned int warp = threadIdx.x >> 5;
+  const unsigned int first = (blockIdx.x * $WARPSu + warp) * $Ru;
+  const unsigned int n = cols / $BVu;
+  const unsigned char* rowp[$R];
+  float acc[$R];
+#pragma unroll
+  for (int r = 0; r < $R; ++r) {
+    const unsigned int k = first + (unsigned int)r;
+    rowp[r] = k < $LIMIT ? w + (unsigned long long)($ROW) * row_stride : w;
+    acc[r] = 0.0f;
+  }
+  for (unsigned int e = lane; e < n; e += 32u) {
+    float xv[$BV];
+#pragma unroll
+    for (int i = 0; i < $BV; ++i) xv[i] = x[e * $BVu + (unsigned int)i];
+#pragma unroll
+    for (int r = 0; r < $R; ++r) {
+      float wv[$BV];
+      actsparse_decode_$DT(rowp[r], e, wv);
+#pragma unroll
+      for (int i = 0; i < $BV; ++i) acc[r] = fmaf(wv[i], xv[i], acc[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < $R; ++r) acc[r] = actsparse_warp_sum(acc[r]);
+)";
+
+inline constexpr std::string_view gemv_kernel = R"(extern "C" __global__ void __launch_bounds__($T) $NAME(
+    const unsigned char* __restrict__ w, unsigned long long row_stride, const float* __restrict__ x,
+    unsigned int rows, unsigned int cols, float* __restrict__ y) {
+$BODY  if (lane == 0u) {
+#pragma unroll
+    for (int r = 0; r < $R; ++r) {
+      const unsigned int k = first + (unsigned int)r;
+      if (k < rows) y[k] = acc[r];
+    }
+  }
+}
+)";
+
+inline constexpr std::string_view gather_kernel = R"(extern "C" __global__ void __launch_bounds__($T) $NAME(
+    const unsigned char* __restrict__ w, unsigned long long row_stride, const float* __restrict__ x,
+    unsigned int cols, const unsigned int* __restrict__ idx, unsigned int count, float* __restrict__ y) {
+$BODY  if (lane == 0u) {
+#pragma unroll
+    for (int r = 0; r < $R; ++r) {
+      const unsigned int k = first + (unsigned int)r;
+      if (k < count) y[k] = acc[r];
+    }
+  }
+}
+)";
+
+inline constexpr std::string_view gate_kernel = R"(extern "C" __global__ void __launch_bounds__($T) $NAME(
+    const unsigned char* __restrict__ w, unsigned long long row_stride, const float* __restrict__ x,
+    unsigned int rows, unsigned int cols, float threshold, float* __restrict__ h,
+    unsigned int* __restrict__ block_counts) {
+$BODY  __shared__ unsigned int warp_kept[$WARPS];
+  if (lane == 0u) {
+    unsigned int kept = 0u;
+#pragma unroll
+    for (int r = 0; r < $R; ++r) {
+      const unsigned int k = first + (unsigned int)r;
+      if (k < rows) {
+        const float v = actsparse_$ACT(acc[r]);
+        h[k] = v;
+        if (fabsf(v) > threshold) ++kept;
+      }
+    }
+    warp_kept[warp] = kept;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0u) {
+    unsigned int total = 0u;
+    for (int i = 0; i < $WARPS; ++i) total += warp_kept[i];
+    block_counts[blockIdx.x] = total;
+  }
+}
+)";
+
+// Integer counts: their sums are exact in any order. The kept rows of a chunk get their
+// positions from a ballot per warp and the counts of the warps before it.
+inline constexpr std::string_view compact_kernel = R"(extern "C" __global__ void __launch_bounds__($T) $NAME(
+    const float* __restrict__ h, unsigned int rows, unsigned int rows_per_block, float threshold,
+    const unsigned int* __restrict__ block_counts, unsigned int* __restrict__ idx, unsigned int* __restrict__ count) {
+  __shared__ unsigned int warp_kept[$WARPS];
+  __shared__ unsigned int base;
+  const unsigned int lane = threadIdx.x & 31u;
+  const unsigned int warp = threadIdx.x >> 5;
+  unsigned int before = 0u;
+  for (unsigned int b = threadIdx.x; b < blockIdx.x; b += $Tu) before += block_counts[b];
+  before = actsparse_warp_sum_u32(before);
+  if (lane == 0u) warp_kept[warp] = before;
+  __syncthreads();
+  if (threadIdx.x == 0u) {
+    unsigned int total = 0u;
+    for (int i = 0; i < $WARPS; ++i) total += warp_kept[i];
+    base = total;
+  }
+  const unsigned int first = blockIdx.x * rows_per_block;
+  const unsigned int end = first >= rows ? first : (rows - first < rows_per_block ? rows : first + rows_per_block);
+  for (unsigned int chunk = first; chunk < end; chunk += $Tu) {
+    const unsigned int k = chunk + threadIdx.x;
+    const bool keep = k < end && fabsf(h[k]) > threshold;
+    const unsigned int ballot = __ballot_sync(0xffffffffu, keep);
+    __syncthreads();
+    if (lane == 0u) warp_kept[warp] = (unsigned int)__popc(ballot);
+    __syncthreads();
+    unsigned int at = base;
+    for (unsigned int i = 0u; i < warp; ++i) at += warp_kept[i];
+    if (keep) idx[at + (unsigned int)__popc(ballot & ((1u << lane) - 1u))] = k;
+    __syncthreads();
+    if (threadIdx.x == 0u) {
+      for (int i = 0; i < $WARPS; ++i) base += warp_kept[i];
+    }
+  }
+  if (threadIdx.x == 0u && blockIdx.x == gridDim.x - 1u) *count = base;
+}
+)";
+
+inline constexpr std::string_view axpy_kernel = R"(extern "C" __global__ void __launch_bounds__($T) $NAME(
+    const unsigned char* __restrict__ wt, unsigned long long row_stride, const unsigned int* __restrict__ idx,
+    const float* __restrict__ coef, unsigned int count, unsigned int cols, float* __restrict__ y) {
+  const unsigned int e = blockIdx.x * $Tu + threadIdx.x;
+  if (e >= cols / $BVu) return;
+  float acc[$BV];
+#pragma unroll
+  for (int i = 0; i < $BV; ++i) acc[i] = 0.0f;
+  for (unsigned int k = 0u; k < count; ++k) {
+    const float c = coef[k];
+    float wv[$BV];
+    actsparse_decode_$DT(wt + (unsigned long long)idx[k] * row_stride, e, wv);
+#pragma unroll
+    for (int i = 0; i < $BV; ++i) acc[i] = fmaf(c, wv[i], acc[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < $BV; ++i) y[e * $BVu + (unsigned int)i] = acc[i];
+}
+)";
+
+}  // namespace detail
+
+// The names of the extern "C" kernels generate_cuda(c) defines, in launch order.
+[[nodiscard]] inline std::vector<std::string> kernel_names(const kernel_config& c) {
+  detail::validate(c);
+  const std::string dt(name(c.weight));
+  switch (c.op) {
+    case kernel_op::gemv:
+      return {"actsparse_gemv_" + dt + detail::suffix(c)};
+    case kernel_op::gather_gemv:
+      return {"actsparse_gather_gemv_" + dt + detail::suffix(c)};
+    case kernel_op::row_axpy:
+      return {"actsparse_row_axpy_" + dt + detail::suffix(c)};
+    case kernel_op::gate_select:
+      return {"actsparse_gate_" + std::string(name(c.act)) + "_" + dt + detail::suffix(c),
+              "actsparse_compact_t" + std::to_string(c.threads_per_block)};
+  }
+  return {};
+}
+
+// Rows of the matrix (gemv, gate_select) or of the index list (gather_gemv) that one thread
+// block covers; for gate_select it is also compact's rows_per_block argument.
+[[nodiscard]] inline unsigned rows_per_block(const kernel_config& c) {
+  detail::validate(c);
+  return c.threads_per_block / 32 * c.rows_per_warp;
+}
+
+// Thread blocks to launch for n = rows (gemv, gate_select), count (gather_gemv) or cols (row_axpy).
+[[nodiscard]] inline std::size_t grid_blocks(const kernel_config& c, std::size_t n) {
+  detail::validate(c);
+  const std::size_t per_block = c.op == kernel_op::row_axpy ? std::size_t{c.threads_per_block} * block_values(c.weight)
+                                                            : std::size_t{rows_per_block(c)};
+  return (n + per_block - 1) / per_block;
+}
+
+[[nodiscard]] inline std::string generate_cuda(const kernel_config& c) {
+  const std::vector<std::string> names = kernel_names(c);  // validates c
+  const unsigned warps = c.threads_per_block / 32;
+  const std::string dt(name(c.weight));
+  std::vector<std::pair<std::string_view, std::string>> keys = {
+      {"NAME", names[0]},
+      {"WARPS", std::to_string(warps)},
+      {"DT", dt},
+      {"BV", std::to_string(block_values(c.weight))},
+      {"ACT", std::string(name(c.act))},
+      {"R", std::to_string(c.rows_per_warp)},
+      {"T", std::to_string(c.threads_per_block)},
+  };
+
+  std::string s = "// Generated by actsparse::cuda::generate_cuda: op=";
+  s.append(name(c.op)).append(" weight=").append(dt);
+  if (c.op == kernel_op::gate_select) s.append(" act=").append(name(c.act));
+  s.append(" threads_per_block=").append(std::to_string(c.threads_per_block));
+  s.append(" rows_per_warp=").append(std::to_string(c.rows_per_warp)).append("\n");
+  s.append(detail::prelude);
+  s.append(detail::decoder_source(c.weight)).append("\n");
+  if (c.op == kernel_op::gate_select) s.append(ACTSPARSE_CUDA_STRINGIFY(ACTSPARSE_CUDA_ACTIVATIONS)).append("\n");
+
+  auto warp_rows = [&](std::string_view limit, std::string_view row) {
+    std::vector<std::pair<std::string_view, std::string>> k = keys;
+    k.emplace(k.begin(), "LIMIT", std::string(limit));
+    k.emplace(k.begin(), "ROW", std::string(row));
+    return detail::fill(detail::warp_rows_body, k);
+  };
+  switch (c.op) {
+    case kernel_op::gemv:
+      keys.emplace(keys.begin(), "BODY", warp_rows("rows", "k"));
+      s += detail::fill(detail::gemv_kernel, keys);
+      break;
+    case kernel_op::gather_gemv:
+      keys.emplace(keys.begin(), "BODY", warp_rows("count", "idx[k]"));
+      s += detail::fill(detail::gather_kernel, keys);
+      break;
+    case kernel_op::row_axpy:
+      s += detail::fill(detail::axpy_kernel, keys);
+      break;
+    case kernel_op::gate_select:
+      keys.emplace(keys.begin(), "BODY", warp_rows("rows", "k"));
+      s += detail::fill(detail::gate_kernel, keys);
+      keys[1].second = names[1];  // NAME (after BODY)
+      s += detail::fill(detail::compact_kernel, keys);
+      break;
+  }
+  return s;
+}
+
+}  // namespace actsparse::cuda
