@@ -24,6 +24,11 @@
 //                  idx = the kept j in increasing order; *count = their number (written by the
 //                  last block; the caller sets it when rows == 0). Block b writes at the sum of
 //                  block_counts[0..b), so the list does not depend on scheduling.
+//   token_gather:      actsparse_token_gather_t<T>(src, src_stride, tokens, count, d, dst, dst_stride)
+//                      dst[k,:] = src[tokens[k],:] (f32 rows, strides in floats; weight must be f32).
+//   token_scatter_add: actsparse_token_scatter_add_t<T>(z, z_stride, tokens, count, d, x, x_stride)
+//                      x[tokens[k],:] += z[k,:]; tokens must be distinct (each element has one writer).
+//                      grid of both: count blocks of T threads, one block per token.
 
 #include <actsparse/backends/cuda/device_math.hpp>
 #include <actsparse/core/activation.hpp>
@@ -42,7 +47,7 @@
 
 namespace actsparse::cuda {
 
-enum class kernel_op : std::uint8_t { gemv, gather_gemv, row_axpy, gate_select };
+enum class kernel_op : std::uint8_t { gemv, gather_gemv, row_axpy, gate_select, token_gather, token_scatter_add };
 
 [[nodiscard]] constexpr std::string_view name(kernel_op op) noexcept {
   switch (op) {
@@ -54,6 +59,10 @@ enum class kernel_op : std::uint8_t { gemv, gather_gemv, row_axpy, gate_select }
       return "row_axpy";
     case kernel_op::gate_select:
       return "gate_select";
+    case kernel_op::token_gather:
+      return "token_gather";
+    case kernel_op::token_scatter_add:
+      return "token_scatter_add";
   }
   return "?";
 }
@@ -63,7 +72,7 @@ struct kernel_config {
   dtype weight = dtype::f32;
   activation act = activation::silu;  // gate_select only
   unsigned threads_per_block = 256;   // a multiple of 32 in [32, 1024]
-  unsigned rows_per_warp = 1;         // 1, 2, 4 or 8 rows share each load of x (1 for row_axpy)
+  unsigned rows_per_warp = 1;         // 1, 2, 4 or 8 rows share each load of x (1 for row_axpy and the token ops)
 };
 
 namespace detail {
@@ -80,7 +89,7 @@ inline constexpr std::string_view generator_where = "cuda::generate_cuda";
 
 [[nodiscard]] constexpr bool known(kernel_op op) noexcept {
   return op == kernel_op::gemv || op == kernel_op::gather_gemv || op == kernel_op::row_axpy ||
-         op == kernel_op::gate_select;
+         op == kernel_op::gate_select || op == kernel_op::token_gather || op == kernel_op::token_scatter_add;
 }
 
 [[nodiscard]] inline std::string decoder_source(dtype t) {
@@ -120,16 +129,25 @@ ACTSPARSE_CUDA_FN unsigned int actsparse_warp_sum_u32(unsigned int v) {
 }
 )";
 
+[[nodiscard]] constexpr bool is_token_op(kernel_op op) noexcept {
+  return op == kernel_op::token_gather || op == kernel_op::token_scatter_add;
+}
+
 inline void validate(const kernel_config& c) {
   const std::string_view w = generator_where;
   actsparse::detail::require(known(c.op), w, "op", static_cast<int>(c.op),
-                             "gemv, gather_gemv, row_axpy or gate_select");
+                             "gemv, gather_gemv, row_axpy, gate_select, token_gather or token_scatter_add");
   actsparse::detail::require(known(c.weight), w, "weight", static_cast<int>(c.weight), "f32, f16, bf16, q8_0 or q4_0");
   actsparse::detail::require(known(c.act), w, "act", static_cast<int>(c.act), "silu, gelu or relu");
   actsparse::detail::require(c.threads_per_block >= 32 && c.threads_per_block <= 1024 && c.threads_per_block % 32 == 0,
                              w, "threads_per_block", c.threads_per_block,
                              "a multiple of 32 (the warp size) in [32, 1024]");
-  if (c.op == kernel_op::row_axpy) {
+  if (is_token_op(c.op)) {
+    actsparse::detail::require(c.weight == dtype::f32, w, "weight", name(c.weight),
+                               "f32 for the token ops (they move f32 activation rows)");
+    actsparse::detail::require(c.rows_per_warp == 1, w, "rows_per_warp", c.rows_per_warp,
+                               "1 for the token ops (one block per token)");
+  } else if (c.op == kernel_op::row_axpy) {
     actsparse::detail::require(c.rows_per_warp == 1, w, "rows_per_warp", c.rows_per_warp,
                                "1 for row_axpy (each thread owns columns and loops over the kept rows)");
   } else {
@@ -311,6 +329,28 @@ inline constexpr std::string_view axpy_kernel = R"(extern "C" __global__ void __
 }
 )";
 
+inline constexpr std::string_view token_gather_kernel = R"(extern "C" __global__ void __launch_bounds__($T) $NAME(
+    const float* __restrict__ src, unsigned long long src_stride, const unsigned int* __restrict__ tokens,
+    unsigned int count, unsigned int d, float* __restrict__ dst, unsigned long long dst_stride) {
+  const unsigned int k = blockIdx.x;
+  if (k >= count) return;
+  const float* from = src + (unsigned long long)tokens[k] * src_stride;
+  float* to = dst + (unsigned long long)k * dst_stride;
+  for (unsigned int i = threadIdx.x; i < d; i += $Tu) to[i] = from[i];
+}
+)";
+
+inline constexpr std::string_view token_scatter_add_kernel = R"(extern "C" __global__ void __launch_bounds__($T) $NAME(
+    const float* __restrict__ z, unsigned long long z_stride, const unsigned int* __restrict__ tokens,
+    unsigned int count, unsigned int d, float* __restrict__ x, unsigned long long x_stride) {
+  const unsigned int k = blockIdx.x;
+  if (k >= count) return;
+  const float* from = z + (unsigned long long)k * z_stride;
+  float* to = x + (unsigned long long)tokens[k] * x_stride;
+  for (unsigned int i = threadIdx.x; i < d; i += $Tu) to[i] += from[i];
+}
+)";
+
 }  // namespace detail
 
 // The names of the extern "C" kernels generate_cuda(c) defines, in launch order.
@@ -327,6 +367,10 @@ inline constexpr std::string_view axpy_kernel = R"(extern "C" __global__ void __
     case kernel_op::gate_select:
       return {"actsparse_gate_" + std::string(name(c.act)) + "_" + dt + detail::suffix(c),
               "actsparse_compact_t" + std::to_string(c.threads_per_block)};
+    case kernel_op::token_gather:
+      return {"actsparse_token_gather" + detail::suffix(c)};
+    case kernel_op::token_scatter_add:
+      return {"actsparse_token_scatter_add" + detail::suffix(c)};
   }
   return {};
 }
@@ -341,6 +385,7 @@ inline constexpr std::string_view axpy_kernel = R"(extern "C" __global__ void __
 // Thread blocks to launch for n = rows (gemv, gate_select), count (gather_gemv) or cols (row_axpy).
 [[nodiscard]] inline std::size_t grid_blocks(const kernel_config& c, std::size_t n) {
   detail::validate(c);
+  if (detail::is_token_op(c.op)) return n;
   const std::size_t per_block = c.op == kernel_op::row_axpy ? std::size_t{c.threads_per_block} * block_values(c.weight)
                                                             : std::size_t{rows_per_block(c)};
   return (n + per_block - 1) / per_block;
@@ -366,7 +411,7 @@ inline constexpr std::string_view axpy_kernel = R"(extern "C" __global__ void __
   s.append(" threads_per_block=").append(std::to_string(c.threads_per_block));
   s.append(" rows_per_warp=").append(std::to_string(c.rows_per_warp)).append("\n");
   s.append(detail::prelude);
-  s.append(detail::decoder_source(c.weight)).append("\n");
+  if (!detail::is_token_op(c.op)) s.append(detail::decoder_source(c.weight)).append("\n");
   if (c.op == kernel_op::gate_select) s.append(ACTSPARSE_CUDA_STRINGIFY(ACTSPARSE_CUDA_ACTIVATIONS)).append("\n");
 
   auto warp_rows = [&](std::string_view limit, std::string_view row) {
@@ -392,6 +437,12 @@ inline constexpr std::string_view axpy_kernel = R"(extern "C" __global__ void __
       s += detail::fill(detail::gate_kernel, keys);
       keys[1].second = names[1];  // NAME (after BODY)
       s += detail::fill(detail::compact_kernel, keys);
+      break;
+    case kernel_op::token_gather:
+      s += detail::fill(detail::token_gather_kernel, keys);
+      break;
+    case kernel_op::token_scatter_add:
+      s += detail::fill(detail::token_scatter_add_kernel, keys);
       break;
   }
   return s;
