@@ -23,7 +23,7 @@ void check_compiles(cuda::kernel_op op, dtype t) {
   if (skip_without_nvrtc() || skip_without_ptxas()) return;
   std::vector<cuda::kernel_config> configs;
   const bool axpy = op == cuda::kernel_op::row_axpy || op == cuda::kernel_op::token_gather ||
-                    op == cuda::kernel_op::token_scatter_add;  // rows_per_warp 1 only
+                    op == cuda::kernel_op::token_scatter_add || op == cuda::kernel_op::top_k;  // rows_per_warp 1 only
   for (const auto a : {activation::silu, activation::gelu, activation::relu}) {
     if (a != activation::silu && op != cuda::kernel_op::gate_select) continue;
     configs.push_back({op, t, a, 128, 1});
@@ -122,6 +122,10 @@ TEST_CASE("cuda: token_gather compiles (NVRTC, ptxas sm_80 / sm_90, no spills)")
 }
 TEST_CASE("cuda: token_scatter_add compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
   check_compiles(cuda::kernel_op::token_scatter_add, dtype::f32);
+}
+
+TEST_CASE("cuda: top_k compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::top_k, dtype::f32);
 }
 
 TEST_CASE("cuda: NVRTC reports a compile error with its log, caches PTX, rejects a bad arch") {

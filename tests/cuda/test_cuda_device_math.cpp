@@ -7,6 +7,7 @@
 #include <actsparse/core/activation.hpp>
 #include <actsparse/core/dtype.hpp>
 #include <actsparse/core/quantize.hpp>
+#include <actsparse/selectors/detail/partition.hpp>
 
 #include <doctest/doctest.h>
 
@@ -33,6 +34,7 @@ inline float actsparse_load_f32(const unsigned char* p) {
 }
 inline float actsparse_half_to_float(unsigned short h) { return actsparse::to_f32(actsparse::f16{h}); }
 inline float actsparse_bits_to_float(unsigned int b) { return std::bit_cast<float>(b); }
+inline unsigned int actsparse_float_to_bits(float f) { return std::bit_cast<unsigned int>(f); }
 
 #define ACTSPARSE_CUDA_FN inline
 ACTSPARSE_CUDA_DECODE_F32
@@ -41,6 +43,7 @@ ACTSPARSE_CUDA_DECODE_BF16
 ACTSPARSE_CUDA_DECODE_Q8_0
 ACTSPARSE_CUDA_DECODE_Q4_0
 ACTSPARSE_CUDA_ACTIVATIONS
+ACTSPARSE_CUDA_ORDER_KEY
 #undef ACTSPARSE_CUDA_FN
 
 }  // namespace host_mirror
@@ -108,5 +111,19 @@ TEST_CASE("cuda: the kernels' activations match core's bit for bit (host expansi
           std::bit_cast<std::uint32_t>(actsparse::gelu(g)));
     CHECK(std::bit_cast<std::uint32_t>(host_mirror::actsparse_relu(g)) ==
           std::bit_cast<std::uint32_t>(actsparse::relu(g)));
+  }
+}
+
+TEST_CASE("cuda: the top_k kernel's order key matches the selectors' bit for bit (host expansion)") {
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> xs = {0.0F, -0.0F, 1.0F, -1.0F, 1e-45F, -1e-45F, 3e38F, -3e38F, inf, -inf};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0F, 10.0F);
+  for (int i = 0; i < 1000; ++i) xs.push_back(dist(rng));
+  for (const float a : xs) {
+    CAPTURE(a);
+    CHECK(host_mirror::actsparse_order_key(a) == actsparse::detail::order_key(a));
+    for (const float b : {0.0F, -1.0F, 2.5F})
+      CHECK((a < b) == (host_mirror::actsparse_order_key(a) < host_mirror::actsparse_order_key(b)));
   }
 }

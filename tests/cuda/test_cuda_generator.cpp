@@ -53,7 +53,7 @@ TEST_CASE("cuda: generation is deterministic and defines every named kernel") {
       }
     }
   }
-  for (const auto op : {cuda::kernel_op::token_gather, cuda::kernel_op::token_scatter_add}) {
+  for (const auto op : {cuda::kernel_op::token_gather, cuda::kernel_op::token_scatter_add, cuda::kernel_op::top_k}) {
     const cuda::kernel_config c{op, dtype::f32, activation::silu, 128, 1};
     const std::string s = cuda::generate_cuda(c);
     CHECK(s == cuda::generate_cuda(c));
@@ -64,6 +64,9 @@ TEST_CASE("cuda: generation is deterministic and defines every named kernel") {
   CHECK(cuda::kernel_names({cuda::kernel_op::token_gather, dtype::f32}) ==
         std::vector<std::string>{"actsparse_token_gather_t256"});
   CHECK(cuda::grid_blocks({cuda::kernel_op::token_scatter_add, dtype::f32}, 7) == 7);
+  CHECK(cuda::grid_blocks({cuda::kernel_op::top_k, dtype::f32}, 11008) == 1);
+  CHECK(cuda::kernel_names({cuda::kernel_op::top_k, dtype::f32, activation::silu, 1024}) ==
+        std::vector<std::string>{"actsparse_top_k_t1024"});
   // Different configs give different text.
   CHECK(cuda::generate_cuda({cuda::kernel_op::gemv, dtype::f32}) !=
         cuda::generate_cuda({cuda::kernel_op::gemv, dtype::f32, activation::silu, 128}));
@@ -105,6 +108,8 @@ TEST_CASE("cuda: invalid configs are rejected with what was expected") {
   c = {cuda::kernel_op::gate_select, dtype::f32, static_cast<activation>(9)};
   CHECK(message_of(c).find("silu, gelu or relu") != std::string::npos);
   CHECK_THROWS_AS((void)cuda::grid_blocks(c, 10), actsparse::error);
+  c = {cuda::kernel_op::top_k, dtype::bf16};
+  CHECK(message_of(c).find("'weight'") != std::string::npos);
   c = {cuda::kernel_op::token_gather, dtype::q4_0};
   CHECK(message_of(c).find("f32 for the token ops") != std::string::npos);
   c = {cuda::kernel_op::token_scatter_add, dtype::f32, activation::silu, 256, 2};

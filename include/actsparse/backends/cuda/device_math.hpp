@@ -9,6 +9,7 @@
 //   actsparse_load_f32(const unsigned char*) -> float            (4-byte aligned load)
 //   actsparse_half_to_float(unsigned short) -> float             (IEEE binary16 bits)
 //   actsparse_bits_to_float(unsigned int) -> float               (bit cast)
+//   actsparse_float_to_bits(float) -> unsigned int               (bit cast)
 // and expf / tanhf / fmaf. ACTSPARSE_CUDA_FN is the function qualifier: `__device__
 // __forceinline__` in the generated source, `inline` on the host; it must not be defined
 // where these macros are stringified (generator.hpp), only where they are expanded.
@@ -52,6 +53,15 @@
       w[i] = (float)((int)(q & 15u) - 8) * d;                                                        \
       w[i + 16] = (float)((int)(q >> 4) - 8) * d;                                                    \
     }                                                                                                \
+  }
+
+// An unsigned key with the order of the floats, as selectors/detail/partition.hpp's
+// order_key (-0 and +0 get the same key).
+#define ACTSPARSE_CUDA_ORDER_KEY                                \
+  ACTSPARSE_CUDA_FN unsigned int actsparse_order_key(float x) { \
+    const unsigned int u = actsparse_float_to_bits(x);          \
+    const unsigned int sign = (unsigned int)((int)u >> 31);     \
+    return 0x80000000u + (((u & 0x7FFFFFFFu) ^ sign) - sign);   \
   }
 
 // As core/activation.hpp (gelu: the tanh form, with the same explicit fma).

@@ -29,6 +29,11 @@
 //   token_scatter_add: actsparse_token_scatter_add_t<T>(z, z_stride, tokens, count, d, x, x_stride)
 //                      x[tokens[k],:] += z[k,:]; tokens must be distinct (each element has one writer).
 //                      grid of both: count blocks of T threads, one block per token.
+//   top_k:       actsparse_top_k_t<T>(scores, n, k, idx, count)
+//                idx = the k highest scores' indices in increasing order, ties to the lower
+//                index (as the top_k selector); *count = k (0 when k is 0 or above n). Scores
+//                must be finite. grid: 1 block: the k-th largest key bit by bit (32 counting
+//                passes), then one pass in index order that writes the kept indices.
 
 #include <actsparse/backends/cuda/device_math.hpp>
 #include <actsparse/core/activation.hpp>
@@ -47,7 +52,15 @@
 
 namespace actsparse::cuda {
 
-enum class kernel_op : std::uint8_t { gemv, gather_gemv, row_axpy, gate_select, token_gather, token_scatter_add };
+enum class kernel_op : std::uint8_t {
+  gemv,
+  gather_gemv,
+  row_axpy,
+  gate_select,
+  token_gather,
+  token_scatter_add,
+  top_k
+};
 
 [[nodiscard]] constexpr std::string_view name(kernel_op op) noexcept {
   switch (op) {
@@ -63,6 +76,8 @@ enum class kernel_op : std::uint8_t { gemv, gather_gemv, row_axpy, gate_select, 
       return "token_gather";
     case kernel_op::token_scatter_add:
       return "token_scatter_add";
+    case kernel_op::top_k:
+      return "top_k";
   }
   return "?";
 }
@@ -89,7 +104,8 @@ inline constexpr std::string_view generator_where = "cuda::generate_cuda";
 
 [[nodiscard]] constexpr bool known(kernel_op op) noexcept {
   return op == kernel_op::gemv || op == kernel_op::gather_gemv || op == kernel_op::row_axpy ||
-         op == kernel_op::gate_select || op == kernel_op::token_gather || op == kernel_op::token_scatter_add;
+         op == kernel_op::gate_select || op == kernel_op::token_gather || op == kernel_op::token_scatter_add ||
+         op == kernel_op::top_k;
 }
 
 [[nodiscard]] inline std::string decoder_source(dtype t) {
@@ -118,6 +134,7 @@ ACTSPARSE_CUDA_FN float actsparse_half_to_float(unsigned short h) {
   return f;
 }
 ACTSPARSE_CUDA_FN float actsparse_bits_to_float(unsigned int b) { return __uint_as_float(b); }
+ACTSPARSE_CUDA_FN unsigned int actsparse_float_to_bits(float f) { return __float_as_uint(f); }
 // Every lane ends with the same sum: each step adds a pair in both lanes, and a + b == b + a.
 ACTSPARSE_CUDA_FN float actsparse_warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -133,20 +150,23 @@ ACTSPARSE_CUDA_FN unsigned int actsparse_warp_sum_u32(unsigned int v) {
   return op == kernel_op::token_gather || op == kernel_op::token_scatter_add;
 }
 
+// Ops over f32 activations or scores, not weights.
+[[nodiscard]] constexpr bool is_f32_op(kernel_op op) noexcept { return is_token_op(op) || op == kernel_op::top_k; }
+
 inline void validate(const kernel_config& c) {
   const std::string_view w = generator_where;
   actsparse::detail::require(known(c.op), w, "op", static_cast<int>(c.op),
-                             "gemv, gather_gemv, row_axpy, gate_select, token_gather or token_scatter_add");
+                             "gemv, gather_gemv, row_axpy, gate_select, token_gather, token_scatter_add or top_k");
   actsparse::detail::require(known(c.weight), w, "weight", static_cast<int>(c.weight), "f32, f16, bf16, q8_0 or q4_0");
   actsparse::detail::require(known(c.act), w, "act", static_cast<int>(c.act), "silu, gelu or relu");
   actsparse::detail::require(c.threads_per_block >= 32 && c.threads_per_block <= 1024 && c.threads_per_block % 32 == 0,
                              w, "threads_per_block", c.threads_per_block,
                              "a multiple of 32 (the warp size) in [32, 1024]");
-  if (is_token_op(c.op)) {
+  if (is_f32_op(c.op)) {
     actsparse::detail::require(c.weight == dtype::f32, w, "weight", name(c.weight),
-                               "f32 for the token ops (they move f32 activation rows)");
+                               "f32 for the token ops and top_k (they read f32 activations or scores)");
     actsparse::detail::require(c.rows_per_warp == 1, w, "rows_per_warp", c.rows_per_warp,
-                               "1 for the token ops (one block per token)");
+                               "1 for the token ops (one block per token) and top_k (one block)");
   } else if (c.op == kernel_op::row_axpy) {
     actsparse::detail::require(c.rows_per_warp == 1, w, "rows_per_warp", c.rows_per_warp,
                                "1 for row_axpy (each thread owns columns and loops over the kept rows)");
@@ -351,6 +371,69 @@ inline constexpr std::string_view token_scatter_add_kernel = R"(extern "C" __glo
 }
 )";
 
+// Counts are integers: exact in any order. Every thread keeps the running totals in
+// registers, updated identically from the per-warp ballots, so no shared running state.
+inline constexpr std::string_view top_k_kernel = R"(ACTSPARSE_CUDA_FN unsigned int actsparse_count_above(
+    const float* __restrict__ scores, unsigned int n, unsigned int bound, unsigned int* warp_part) {
+  unsigned int c = 0u;
+  for (unsigned int i = threadIdx.x; i < n; i += $Tu) c += actsparse_order_key(scores[i]) > bound ? 1u : 0u;
+  c = actsparse_warp_sum_u32(c);
+  if ((threadIdx.x & 31u) == 0u) warp_part[threadIdx.x >> 5] = c;
+  __syncthreads();
+  unsigned int total = 0u;
+  for (int w = 0; w < $WARPS; ++w) total += warp_part[w];
+  __syncthreads();
+  return total;
+}
+extern "C" __global__ void __launch_bounds__($T) $NAME(
+    const float* __restrict__ scores, unsigned int n, unsigned int k, unsigned int* __restrict__ idx,
+    unsigned int* __restrict__ count) {
+  __shared__ unsigned int warp_gt[$WARPS];
+  __shared__ unsigned int warp_eq[$WARPS];
+  const unsigned int lane = threadIdx.x & 31u;
+  const unsigned int warp = threadIdx.x >> 5;
+  if (k == 0u || k > n) {
+    if (threadIdx.x == 0u) *count = 0u;
+    return;
+  }
+  unsigned int kth = 0u;
+  for (int bit = 31; bit >= 0; --bit) {
+    const unsigned int candidate = kth | (1u << bit);
+    if (actsparse_count_above(scores, n, candidate - 1u, warp_gt) >= k) kth = candidate;
+  }
+  const unsigned int ties = k - actsparse_count_above(scores, n, kth, warp_gt);
+  const unsigned int lanes_before = (1u << lane) - 1u;
+  unsigned int gt_base = 0u;
+  unsigned int eq_base = 0u;
+  for (unsigned int chunk = 0u; chunk < n; chunk += $Tu) {
+    const unsigned int i = chunk + threadIdx.x;
+    const unsigned int key = i < n ? actsparse_order_key(scores[i]) : 0u;
+    const bool gt = i < n && key > kth;
+    const bool eq = i < n && key == kth;
+    const unsigned int ballot_gt = __ballot_sync(0xffffffffu, gt);
+    const unsigned int ballot_eq = __ballot_sync(0xffffffffu, eq);
+    __syncthreads();
+    if (lane == 0u) {
+      warp_gt[warp] = (unsigned int)__popc(ballot_gt);
+      warp_eq[warp] = (unsigned int)__popc(ballot_eq);
+    }
+    __syncthreads();
+    unsigned int gt_before = gt_base + (unsigned int)__popc(ballot_gt & lanes_before);
+    unsigned int eq_before = eq_base + (unsigned int)__popc(ballot_eq & lanes_before);
+    for (unsigned int w = 0u; w < $WARPSu; ++w) {
+      if (w < warp) {
+        gt_before += warp_gt[w];
+        eq_before += warp_eq[w];
+      }
+      gt_base += warp_gt[w];
+      eq_base += warp_eq[w];
+    }
+    if (gt || (eq && eq_before < ties)) idx[gt_before + (eq_before < ties ? eq_before : ties)] = i;
+  }
+  if (threadIdx.x == 0u) *count = k;
+}
+)";
+
 }  // namespace detail
 
 // The names of the extern "C" kernels generate_cuda(c) defines, in launch order.
@@ -371,6 +454,8 @@ inline constexpr std::string_view token_scatter_add_kernel = R"(extern "C" __glo
       return {"actsparse_token_gather" + detail::suffix(c)};
     case kernel_op::token_scatter_add:
       return {"actsparse_token_scatter_add" + detail::suffix(c)};
+    case kernel_op::top_k:
+      return {"actsparse_top_k" + detail::suffix(c)};
   }
   return {};
 }
@@ -386,6 +471,7 @@ inline constexpr std::string_view token_scatter_add_kernel = R"(extern "C" __glo
 [[nodiscard]] inline std::size_t grid_blocks(const kernel_config& c, std::size_t n) {
   detail::validate(c);
   if (detail::is_token_op(c.op)) return n;
+  if (c.op == kernel_op::top_k) return 1;
   const std::size_t per_block = c.op == kernel_op::row_axpy ? std::size_t{c.threads_per_block} * block_values(c.weight)
                                                             : std::size_t{rows_per_block(c)};
   return (n + per_block - 1) / per_block;
@@ -411,7 +497,8 @@ inline constexpr std::string_view token_scatter_add_kernel = R"(extern "C" __glo
   s.append(" threads_per_block=").append(std::to_string(c.threads_per_block));
   s.append(" rows_per_warp=").append(std::to_string(c.rows_per_warp)).append("\n");
   s.append(detail::prelude);
-  if (!detail::is_token_op(c.op)) s.append(detail::decoder_source(c.weight)).append("\n");
+  if (!detail::is_f32_op(c.op)) s.append(detail::decoder_source(c.weight)).append("\n");
+  if (c.op == kernel_op::top_k) s.append(ACTSPARSE_CUDA_STRINGIFY(ACTSPARSE_CUDA_ORDER_KEY)).append("\n");
   if (c.op == kernel_op::gate_select) s.append(ACTSPARSE_CUDA_STRINGIFY(ACTSPARSE_CUDA_ACTIVATIONS)).append("\n");
 
   auto warp_rows = [&](std::string_view limit, std::string_view row) {
@@ -443,6 +530,9 @@ inline constexpr std::string_view token_scatter_add_kernel = R"(extern "C" __glo
       break;
     case kernel_op::token_scatter_add:
       s += detail::fill(detail::token_scatter_add_kernel, keys);
+      break;
+    case kernel_op::top_k:
+      s += detail::fill(detail::top_k_kernel, keys);
       break;
   }
   return s;
