@@ -1,0 +1,167 @@
+// Every op x dtype (x activation) in a few configs: the generated source compiles with NVRTC
+// for compute_80 and compute_90, ptxas assembles the PTX for sm_80 and sm_90, and no kernel
+// spills. No GPU is needed; none of these kernels has run on one here.
+#include "cuda_test_support.hpp"
+
+#include <actsparse/backends/cuda/generator.hpp>
+#include <actsparse/backends/cuda/nvrtc.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace cuda = actsparse::cuda;
+using actsparse::activation;
+using actsparse::dtype;
+using namespace actsparse_cuda_test;
+
+namespace {
+
+void check_compiles(cuda::kernel_op op, dtype t) {
+  if (skip_without_nvrtc() || skip_without_ptxas()) return;
+  std::vector<cuda::kernel_config> configs;
+  const bool axpy = op == cuda::kernel_op::row_axpy || op == cuda::kernel_op::token_gather ||
+                    op == cuda::kernel_op::token_scatter_add || op == cuda::kernel_op::top_k;  // rows_per_warp 1 only
+  for (const auto a : {activation::silu, activation::gelu, activation::relu}) {
+    if (a != activation::silu && op != cuda::kernel_op::gate_select) continue;
+    configs.push_back({op, t, a, 128, 1});
+    configs.push_back({op, t, a, 256, axpy ? 1U : 2U});
+  }
+  if (!axpy) configs.push_back({op, t, activation::silu, 512, 4});
+  for (const auto& c : configs) {
+    const std::string source = cuda::generate_cuda(c);
+    for (const auto& [arch, sm] : {std::pair{"compute_80", "sm_80"}, std::pair{"compute_90", "sm_90"}}) {
+      CAPTURE(source);
+      std::string ptx;
+      REQUIRE_NOTHROW(ptx = cuda::compile_to_ptx(source, arch));
+      for (const auto& n : cuda::kernel_names(c)) CHECK(ptx.find(".entry " + n + "(") != std::string::npos);
+      const ptxas_result r = run_ptxas(ptx, sm);
+      CAPTURE(r.output);
+      REQUIRE(r.exit_code == 0);
+      for (const auto& n : cuda::kernel_names(c)) {
+        CAPTURE(n);
+        REQUIRE(r.kernels.contains(n));
+        const kernel_resources k = r.kernels.at(n);
+        std::printf("%-40s %s registers %3d spill stores %d loads %d\n", n.c_str(), sm, k.registers, k.spill_stores,
+                    k.spill_loads);
+        CHECK(k.registers > 0);
+        CHECK(k.spill_stores == 0);
+        CHECK(k.spill_loads == 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda: gemv f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gemv, dtype::f32);
+}
+TEST_CASE("cuda: gemv f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gemv, dtype::f16);
+}
+TEST_CASE("cuda: gemv bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gemv, dtype::bf16);
+}
+TEST_CASE("cuda: gemv q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gemv, dtype::q8_0);
+}
+TEST_CASE("cuda: gemv q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gemv, dtype::q4_0);
+}
+TEST_CASE("cuda: gather_gemv f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gather_gemv, dtype::f32);
+}
+TEST_CASE("cuda: gather_gemv f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gather_gemv, dtype::f16);
+}
+TEST_CASE("cuda: gather_gemv bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gather_gemv, dtype::bf16);
+}
+TEST_CASE("cuda: gather_gemv q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gather_gemv, dtype::q8_0);
+}
+TEST_CASE("cuda: gather_gemv q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gather_gemv, dtype::q4_0);
+}
+TEST_CASE("cuda: row_axpy f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::row_axpy, dtype::f32);
+}
+TEST_CASE("cuda: row_axpy f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::row_axpy, dtype::f16);
+}
+TEST_CASE("cuda: row_axpy bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::row_axpy, dtype::bf16);
+}
+TEST_CASE("cuda: row_axpy q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::row_axpy, dtype::q8_0);
+}
+TEST_CASE("cuda: row_axpy q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::row_axpy, dtype::q4_0);
+}
+TEST_CASE("cuda: gate_select f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gate_select, dtype::f32);
+}
+TEST_CASE("cuda: gate_select f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gate_select, dtype::f16);
+}
+TEST_CASE("cuda: gate_select bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gate_select, dtype::bf16);
+}
+TEST_CASE("cuda: gate_select q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gate_select, dtype::q8_0);
+}
+TEST_CASE("cuda: gate_select q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gate_select, dtype::q4_0);
+}
+
+TEST_CASE("cuda: token_gather compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::token_gather, dtype::f32);
+}
+TEST_CASE("cuda: token_scatter_add compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::token_scatter_add, dtype::f32);
+}
+
+TEST_CASE("cuda: top_k compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::top_k, dtype::f32);
+}
+
+TEST_CASE("cuda: NVRTC reports a compile error with its log, caches PTX, rejects a bad arch") {
+  if (skip_without_nvrtc()) return;
+  const auto info = cuda::nvrtc_info();
+  CHECK(info.major >= 12);
+  CHECK_THROWS_AS((void)cuda::compile_to_ptx("extern \"C\" __global__ void k() { undefined_name(); }"),
+                  actsparse::error);
+  try {
+    (void)cuda::compile_to_ptx("extern \"C\" __global__ void k() { undefined_name(); }");
+  } catch (const actsparse::error& e) {
+    CHECK(std::string(e.what()).find("undefined_name") != std::string::npos);  // the log is in the message
+  }
+  CHECK_THROWS_AS((void)cuda::compile_to_ptx("", "sm_80"), actsparse::error);
+
+  cuda::clear_ptx_cache();
+  const std::string source = cuda::generate_cuda({cuda::kernel_op::gemv, dtype::f32});
+  const std::string a = cuda::compile_to_ptx(source, "compute_80");
+  const std::string b = cuda::compile_to_ptx(source, "compute_80");
+  CHECK(a == b);
+  auto stats = cuda::ptx_cache_info();
+  CHECK(stats.entries == 1);
+  CHECK(stats.hits == 1);
+  CHECK(stats.misses == 1);
+  (void)cuda::compile_to_ptx(source, "compute_90");                   // another arch: another entry
+  (void)cuda::compile_to_ptx(source, "compute_80", {"--fmad=true"});  // other options: another entry
+  stats = cuda::ptx_cache_info();
+  CHECK(stats.entries == 3);
+  CHECK(stats.misses == 3);
+}
+
+TEST_CASE("cuda: device_count reports no device cleanly when there is none") {
+  const cuda::device_report r = cuda::device_count();
+  CHECK(r.count >= 0);
+  if (r.count == 0) {
+    CHECK(!r.reason.empty());
+    std::printf("device_count: 0 (%s)\n", r.reason.c_str());
+  }
+}
