@@ -86,30 +86,6 @@ std::unordered_map<std::string, fake_function>& functions() {
   return f;
 }
 
-// Runs kernel() as grid_x × grid_y blocks of `threads` (emulate_launch with a y dimension).
-void emulate_grid(unsigned grid_x, unsigned grid_y, unsigned threads, void (*call)(void**), void** params) {
-  for (unsigned by = 0; by < grid_y; ++by) {
-    for (unsigned bx = 0; bx < grid_x; ++bx) {
-      emulated_block block(threads);
-      std::vector<std::thread> pool;
-      pool.reserve(threads);
-      for (unsigned t = 0; t < threads; ++t) {
-        pool.emplace_back([&, t] {
-          threadIdx = {t, 0, 0};
-          blockIdx = {bx, by, 0};
-          blockDim = {threads, 1, 1};
-          gridDim = {grid_x, grid_y, 1};
-          emulated_current = &block;
-          call(params);
-          block.warps[t / 32]->barrier.arrive_and_drop();
-          block.barrier.arrive_and_drop();
-        });
-      }
-      for (auto& th : pool) th.join();
-    }
-  }
-}
-
 CUresult fake_init(unsigned /*flags*/) {
   FAKE_INJECT("cuInit");
   return ok;
@@ -203,7 +179,7 @@ CUresult fake_launch(cuda::CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   const auto* fn = reinterpret_cast<const fake_function*>(f);
   ++state().stats.launches;
   ++state().stats.launches_by_kernel[fn->name];
-  emulate_grid(gx, gy, bx, fn->call, params);
+  emulate_launch(gx, gy, bx, [&] { fn->call(params); });
   return ok;
 }
 CUresult fake_alloc(cuda::CUdeviceptr* p, std::size_t bytes) {
@@ -226,6 +202,10 @@ CUresult fake_free(cuda::CUdeviceptr p) {
   if (state().allocations.erase(m) == 0) return invalid_value;
   std::free(m);
   --state().stats.live_allocations;
+  return ok;
+}
+CUresult fake_advise(cuda::CUdeviceptr p, std::size_t /*bytes*/, int advice, cuda::CUdevice /*d*/) {
+  if (!state().allocations.contains(reinterpret_cast<void*>(p)) || advice != 1) return invalid_value;
   return ok;
 }
 CUresult fake_htod(cuda::CUdeviceptr dst, const void* src, std::size_t bytes, cuda::CUstream /*s*/) {
@@ -319,6 +299,7 @@ cuda::driver_api make_fake() {
   d.mem_alloc = fake_alloc;
   d.mem_alloc_managed = fake_alloc_managed;
   d.mem_free = fake_free;
+  d.mem_advise = fake_advise;
   d.memcpy_htod_async = fake_htod;
   d.memcpy_dtoh_async = fake_dtoh;
   d.memcpy_dtod_async = fake_dtod;

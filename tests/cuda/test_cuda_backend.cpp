@@ -5,6 +5,10 @@
 // (the bounds the reference backend meets) and the reference backend, every dtype, odd
 // shapes; a subset listing every index equals dense bit for bit; argument order, grids,
 // split-K and workspace layout are exercised as the driver would see them.
+//
+// Built with ACTSPARSE_CUDA_REAL_DEVICE (actsparse_cuda_gpu_tests, scripts/gpu_check.sh), the
+// same cases run on the real driver and GPU with the default kernel shapes and larger sizes;
+// without a device each prints "CUDA-SKIP: no CUDA device: <reason>".
 #include "fake_driver.hpp"
 #include "fake_tuning.hpp"
 #include "test_reference_support.hpp"
@@ -29,6 +33,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -54,10 +59,49 @@ cuda::context fake_context(std::string cache_dir = {}, bool real_nvrtc = false) 
   return cuda::context::create(std::move(o));
 }
 
+#ifdef ACTSPARSE_CUDA_REAL_DEVICE
+constexpr bool real_device = true;
+#else
+constexpr bool real_device = false;
+#endif
+
+// The device a test runs on: the fake driver with the small kernel shapes, or (GPU check) the
+// real one with the defaults. False when there is none (the test then returns).
+struct test_device {
+  std::optional<cuda::scoped_driver> guard;
+  std::optional<cuda::context> ctx;
+  cuda_backend backend;
+
+  test_device() {
+    if (!real_device) {
+      guard.emplace(fake_driver());
+      ctx.emplace(fake_context());
+      backend = fake_tuned_backend();
+      return;
+    }
+    const cuda::probe_result p = cuda::context::probe();
+    if (!p.available) {
+      std::printf("CUDA-SKIP: %s\n", p.reason.c_str());
+      return;
+    }
+    ctx.emplace(cuda::context::create());
+    backend = cuda_backend::for_device(*ctx);
+  }
+  explicit operator bool() const noexcept { return ctx.has_value(); }
+};
+
+// Larger shapes on a real GPU: many blocks, many splits.
+template <class Shapes>
+Shapes with_large(Shapes shapes, typename Shapes::value_type large) {
+  if (real_device) shapes.push_back(large);
+  return shapes;
+}
+
 // A copy of host data in managed memory (host memory on the fake driver).
 template <class T>
 cuda::buffer to_device(cuda::context& ctx, std::span<const T> host) {
   cuda::buffer b(ctx, std::max<std::size_t>(host.size_bytes(), 4));
+  if constexpr (std::is_same_v<T, std::uint32_t>) b.advise_read_mostly(ctx);  // index lists
   ctx.copy_to_device(b.data(), host.data(), host.size_bytes());
   ctx.synchronize();
   return b;
@@ -151,6 +195,7 @@ TEST_CASE("cuda backend: without a CUDA driver, 'no CUDA device' and the reason;
 }
 
 TEST_CASE("cuda backend (fake driver): context, device info, module cache, driver errors name the call") {
+  if (real_device) return;  // fault injection and the fake's figures
   const cuda::scoped_driver guard(fake_driver());
   {
     actsparse_cuda_test::fake_set_device_count(0);
@@ -230,12 +275,13 @@ TEST_CASE("cuda backend (fake driver): context, device info, module cache, drive
 }
 
 TEST_CASE("cuda backend (fake driver): gemv dense and gather, every dtype") {
-  const cuda::scoped_driver guard(fake_driver());
-  cuda::context ctx = fake_context();
-  const cuda_backend b = fake_tuned_backend();
+  test_device dev;
+  if (!dev) return;
+  cuda::context& ctx = *dev.ctx;
+  const cuda_backend& b = dev.backend;
   std::mt19937 rng(11);
   for (const dtype t : all_dtypes) {
-    for (const auto& [rows, cols] : gemv_shapes(t)) {
+    for (const auto& [rows, cols] : with_large(gemv_shapes(t), {2816, 1024})) {
       CAPTURE(actsparse::name(t));
       CAPTURE(rows);
       CAPTURE(cols);
@@ -262,14 +308,15 @@ TEST_CASE("cuda backend (fake driver): gemv dense and gather, every dtype") {
 }
 
 TEST_CASE("cuda backend (fake driver): transposed linear dense, sparse, split-K; linear_args") {
-  const cuda::scoped_driver guard(fake_driver());
-  cuda::context ctx = fake_context();
+  test_device dev;
+  if (!dev) return;
+  cuda::context& ctx = *dev.ctx;
   std::mt19937 rng(12);
-  cuda_backend fixed = fake_tuned_backend();
+  cuda_backend fixed = dev.backend;
   fixed.rows_per_split = 5;  // many splits, the last one short
-  for (const cuda_backend& b : {fake_tuned_backend(), fixed}) {
+  for (const cuda_backend& b : {dev.backend, fixed}) {
     for (const dtype t : all_dtypes) {
-      for (const auto& [in, out] : gemv_shapes(t)) {
+      for (const auto& [in, out] : with_large(gemv_shapes(t), {2816, 1024})) {
         CAPTURE(actsparse::name(t));
         CAPTURE(in);
         CAPTURE(out);
@@ -302,7 +349,7 @@ TEST_CASE("cuda backend (fake driver): transposed linear dense, sparse, split-K;
     }
   }
   // linear_args over W [out × in]: the dropped inputs zeroed, then a GEMV.
-  const cuda_backend b = fake_tuned_backend();
+  const cuda_backend& b = dev.backend;
   for (const dtype t : all_dtypes) {
     const auto [out, in] = gemv_shapes(t).back();
     CAPTURE(actsparse::name(t));
@@ -341,14 +388,16 @@ ffn_case make_ffn(dtype t, std::size_t d_model, std::size_t d_ff, std::mt19937& 
 }  // namespace
 
 TEST_CASE("cuda backend (fake driver): gated FFN dense and neuron-sparse, with and without gate_act") {
-  const cuda::scoped_driver guard(fake_driver());
-  cuda::context ctx = fake_context();
-  const cuda_backend b = fake_tuned_backend();
+  test_device dev;
+  if (!dev) return;
+  cuda::context& ctx = *dev.ctx;
+  const cuda_backend& b = dev.backend;
   std::mt19937 rng(13);
   for (const dtype t : all_dtypes) {
     const std::vector<std::array<std::size_t, 2>> shapes =
-        block_values(t) == 1 ? std::vector<std::array<std::size_t, 2>>{{7, 13}, {33, 41}}
-                             : std::vector<std::array<std::size_t, 2>>{{32, 64}, {64, 32}};
+        with_large(block_values(t) == 1 ? std::vector<std::array<std::size_t, 2>>{{7, 13}, {33, 41}}
+                                        : std::vector<std::array<std::size_t, 2>>{{32, 64}, {64, 32}},
+                   {1024, 2816});
     for (const auto& [d_model, d_ff] : shapes) {
       for (const activation act : all_activations) {
         if (act != activation::silu && d_model != shapes[0][0]) continue;  // every activation on one shape
@@ -414,9 +463,10 @@ TEST_CASE("cuda backend (fake driver): gated FFN dense and neuron-sparse, with a
 }
 
 TEST_CASE("cuda backend (fake driver): token-sparse FFN; a kept token equals its decode FFN bit for bit") {
-  const cuda::scoped_driver guard(fake_driver());
-  cuda::context ctx = fake_context();
-  const cuda_backend b = fake_tuned_backend();
+  test_device dev;
+  if (!dev) return;
+  cuda::context& ctx = *dev.ctx;
+  const cuda_backend& b = dev.backend;
   std::mt19937 rng(14);
   constexpr std::size_t tokens = 5;
   for (const dtype t : all_dtypes) {
@@ -491,9 +541,10 @@ TEST_CASE("cuda backend (fake driver): token-sparse FFN; a kept token equals its
 }
 
 TEST_CASE("cuda backend (fake driver): device-side threshold select, top_k and cumulative_mass") {
-  const cuda::scoped_driver guard(fake_driver());
-  cuda::context ctx = fake_context();
-  const cuda_backend b = fake_tuned_backend();
+  test_device dev;
+  if (!dev) return;
+  cuda::context& ctx = *dev.ctx;
+  const cuda_backend& b = dev.backend;
   std::mt19937 rng(15);
   for (const dtype t : all_dtypes) {
     for (const activation act : all_activations) {
@@ -561,9 +612,16 @@ TEST_CASE("cuda backend (fake driver): device-side threshold select, top_k and c
 }
 
 TEST_CASE("cuda backend (fake driver): the ops layer runs unchanged on the cuda backend") {
-  const cuda::scoped_driver guard(fake_driver());
-  cuda::context ctx = fake_context();
-  const cuda_backend b = fake_tuned_backend();
+  test_device dev;
+  if (!dev) return;
+  cuda::context& ctx = *dev.ctx;
+  const cuda_backend& b = dev.backend;
+  if (real_device && !ctx.info().pageable_memory_access) {
+    std::printf(
+        "CUDA-SKIP: the ops layer's scratch is host memory (std::vector) and this device cannot read "
+        "pageable host memory (no HMM / ATS)\n");
+    return;
+  }
   std::mt19937 rng(16);
   inline_executor ref_ex;
   for (const dtype t : all_dtypes) {

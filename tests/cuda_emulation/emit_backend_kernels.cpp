@@ -30,6 +30,20 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
 }
 
+// Every "#pragma unroll[ N]" line removed: a hint only, and g++ warns on it.
+std::string drop_unroll_hints(const std::string& s) {
+  std::string out;
+  std::size_t at = 0;
+  while (at < s.size()) {
+    std::size_t end = s.find('\n', at);
+    end = end == std::string::npos ? s.size() : end + 1;
+    const std::string line = s.substr(at, end - at);
+    if (trim(line).rfind("#pragma unroll", 0) != 0) out += line;
+    at = end;
+  }
+  return out;
+}
+
 // The parameter types of kernel `name` in `source`: "TYPE NAME, ..." with __restrict__ dropped.
 std::vector<std::string> parameter_types(const std::string& source, const std::string& name) {
   const std::size_t open = source.find(" " + name + "(");
@@ -64,7 +78,7 @@ int main(int argc, char** argv) {
   for (const cuda::kernel_config& c : actsparse_cuda_test::fake_tuned_configs()) {
     const std::string source = cuda::generate_cuda(c);
     std::string s = replace_all(source, "extern \"C\" ", "");
-    s = replace_all(s, "#pragma unroll\n", "");
+    s = drop_unroll_hints(s);
     s = replace_all(s, "asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));", "f = emulated_half_to_float(h);");
     const std::string ns = "backend_emulated_" + std::to_string(n++);
     out << "namespace " << ns << " {\n" << s << "}\n";

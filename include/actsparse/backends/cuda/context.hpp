@@ -392,6 +392,16 @@ class buffer {
   buffer& operator=(const buffer&) = delete;
   ~buffer() { release(); }
 
+  // Managed memory that the host and the device both read and rarely write (index lists:
+  // the argument checks read them on the host, the kernels on the device): each side keeps a
+  // read-only copy instead of migrating the pages back and forth (CU_MEM_ADVISE_SET_READ_MOSTLY).
+  void advise_read_mostly(const context& ctx) const {
+    if (ptr_ == 0 || kind_ != memory_kind::managed) return;
+    CUdevice device = 0;
+    check(*api_, api_->device_get(&device, ctx.info().ordinal), "cuDeviceGet");
+    check(*api_, api_->mem_advise(ptr_, bytes_, driver_constants::mem_advise_set_read_mostly, device), "cuMemAdvise");
+  }
+
   [[nodiscard]] void* data() const noexcept { return reinterpret_cast<void*>(ptr_); }  // NOLINT
   [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
   [[nodiscard]] memory_kind kind() const noexcept { return kind_; }

@@ -54,6 +54,7 @@ inline constexpr int attribute_pageable_memory_access = 88;
 inline constexpr unsigned mem_attach_global = 1;
 inline constexpr unsigned stream_non_blocking = 1;
 inline constexpr unsigned event_default = 0;
+inline constexpr int mem_advise_set_read_mostly = 1;
 }  // namespace driver_constants
 
 // A driver call failed.
@@ -98,6 +99,7 @@ struct driver_api {
   CUresult (*mem_alloc)(CUdeviceptr* ptr, std::size_t bytes) = nullptr;                          // cuMemAlloc_v2
   CUresult (*mem_alloc_managed)(CUdeviceptr* ptr, std::size_t bytes, unsigned flags) = nullptr;  // cuMemAllocManaged
   CUresult (*mem_free)(CUdeviceptr ptr) = nullptr;                                               // cuMemFree_v2
+  CUresult (*mem_advise)(CUdeviceptr ptr, std::size_t bytes, int advice, CUdevice device) = nullptr;  // cuMemAdvise
   CUresult (*memcpy_htod_async)(CUdeviceptr dst, const void* src, std::size_t bytes,
                                 CUstream stream) = nullptr;  // cuMemcpyHtoDAsync_v2
   CUresult (*memcpy_dtoh_async)(void* dst, CUdeviceptr src, std::size_t bytes,
@@ -157,6 +159,7 @@ inline driver_api load_driver() {
       {"cuMemAlloc_v2", resolve_driver(handle, "cuMemAlloc_v2", d.mem_alloc)},
       {"cuMemAllocManaged", resolve_driver(handle, "cuMemAllocManaged", d.mem_alloc_managed)},
       {"cuMemFree_v2", resolve_driver(handle, "cuMemFree_v2", d.mem_free)},
+      {"cuMemAdvise", resolve_driver(handle, "cuMemAdvise", d.mem_advise)},
       {"cuMemcpyHtoDAsync_v2", resolve_driver(handle, "cuMemcpyHtoDAsync_v2", d.memcpy_htod_async)},
       {"cuMemcpyDtoHAsync_v2", resolve_driver(handle, "cuMemcpyDtoHAsync_v2", d.memcpy_dtoh_async)},
       {"cuMemcpyDtoDAsync_v2", resolve_driver(handle, "cuMemcpyDtoDAsync_v2", d.memcpy_dtod_async)},
