@@ -174,7 +174,7 @@ std::vector<std::array<std::size_t, 2>> gemv_shapes(dtype t) {
 
 }  // namespace
 
-TEST_CASE("cuda backend: without a CUDA driver, 'no CUDA device' and the reason; not_handled") {
+TEST_CASE("cuda backend: without a CUDA driver, 'no CUDA device' and the reason, not_handled") {
   if (cuda::driver().available) {
     std::printf("CUDA-SKIP: a CUDA driver is installed here (%s); this test is for machines without one\n",
                 cuda::driver().library.c_str());
@@ -307,7 +307,7 @@ TEST_CASE("cuda backend (fake driver): gemv dense and gather, every dtype") {
   print_errors("gemv");
 }
 
-TEST_CASE("cuda backend (fake driver): transposed linear dense, sparse, split-K; linear_args") {
+TEST_CASE("cuda backend (fake driver): transposed linear dense, sparse, split-K, and linear_args") {
   test_device dev;
   if (!dev) return;
   cuda::context& ctx = *dev.ctx;
@@ -400,7 +400,7 @@ TEST_CASE("cuda backend (fake driver): gated FFN dense and neuron-sparse, with a
                    {1024, 2816});
     for (const auto& [d_model, d_ff] : shapes) {
       for (const activation act : all_activations) {
-        if (act != activation::silu && d_model != shapes[0][0]) continue;  // every activation on one shape
+        if (act != activation::silu && (d_model != shapes[0][0] || t != dtype::f32)) continue;  // every act once
         CAPTURE(actsparse::name(t));
         CAPTURE(actsparse::name(act));
         CAPTURE(d_model);
@@ -462,7 +462,7 @@ TEST_CASE("cuda backend (fake driver): gated FFN dense and neuron-sparse, with a
   print_errors("gated FFN");
 }
 
-TEST_CASE("cuda backend (fake driver): token-sparse FFN; a kept token equals its decode FFN bit for bit") {
+TEST_CASE("cuda backend (fake driver): token-sparse FFN, a kept token equals its decode FFN bit for bit") {
   test_device dev;
   if (!dev) return;
   cuda::context& ctx = *dev.ctx;
@@ -583,14 +583,14 @@ TEST_CASE("cuda backend (fake driver): device-side threshold select, top_k and c
   }
   // top_k and cumulative_mass against the selectors, on scores with ties.
   std::uniform_int_distribution<int> level(0, 12);
-  std::vector<float> scores(300);
+  std::vector<float> scores(150);
   for (float& s : scores) s = static_cast<float>(level(rng)) * 0.25F;
   const cuda::buffer sd = to_device<float>(ctx, scores);
-  cuda::buffer idx(ctx, 300 * 4);
+  cuda::buffer idx(ctx, 150 * 4);
   cuda::buffer count(ctx, 4);
-  for (const std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{40}, std::size_t{300}}) {
+  for (const std::size_t k : {std::size_t{0}, std::size_t{40}, std::size_t{150}}) {
     CAPTURE(k);
-    b.top_k(ctx, static_cast<const float*>(sd.data()), 300, k, static_cast<std::uint32_t*>(idx.data()),
+    b.top_k(ctx, static_cast<const float*>(sd.data()), 150, k, static_cast<std::uint32_t*>(idx.data()),
             static_cast<std::uint32_t*>(count.data()));
     ctx.synchronize();
     const selection want = top_k::by_count(k).select(scores);
@@ -598,9 +598,9 @@ TEST_CASE("cuda backend (fake driver): device-side threshold select, top_k and c
     REQUIRE(n == want.indices.size());
     CHECK(std::equal(want.indices.begin(), want.indices.end(), mview<std::uint32_t>(idx, n).begin()));
   }
-  for (const double mass : {0.3, 0.8, 0.999}) {
+  for (const double mass : {0.3, 0.9}) {
     CAPTURE(mass);
-    b.cumulative_mass(ctx, static_cast<const float*>(sd.data()), 300, static_cast<float>(mass), 5,
+    b.cumulative_mass(ctx, static_cast<const float*>(sd.data()), 150, static_cast<float>(mass), 5,
                       static_cast<std::uint32_t*>(idx.data()), static_cast<std::uint32_t*>(count.data()));
     ctx.synchronize();
     selection want;
