@@ -456,6 +456,16 @@ TEST_CASE("cuda backend (fake driver): gated FFN dense and neuron-sparse, with a
         const std::vector<std::uint32_t> one{0};
         const gated_ffn_args no_t{act, gate.view, up.view, down.view, xv, yv, subset::only(one)};
         CHECK_FALSE(b.can_implement(no_t).handled());
+        // The fused gate + up kernel decodes one dtype: a computed gate of another is not handled.
+        if (t != dtype::f32) {
+          const weight_view gate_f32(gate.view.data, dtype::f32, d_ff, d_model, d_model * 4);
+          gated_ffn_args mixed{act, gate_f32, up.view, none, xv, yv, subset::everything(), {}, down_t.view};
+          CHECK(b.can_implement(mixed).reason ==
+                "cuda: gate and up of different dtypes (the fused gate + up kernel "
+                "decodes one)");
+          mixed.gate_act = cview<float>(g, d_ff);
+          CHECK(b.can_implement(mixed).handled());  // the gate is not read
+        }
       }
     }
   }
