@@ -36,7 +36,7 @@ inline thread_local emulated_dim3 gridDim;
 
 struct emulated_warp {
   std::barrier<> barrier{32};
-  std::array<unsigned int, 32> slot{};
+  std::array<unsigned long long, 32> slot{};  // 8 bytes: shuffles of double too
 };
 struct emulated_block {
   explicit emulated_block(unsigned int threads) : barrier(threads), warps(threads / 32) {
@@ -51,13 +51,13 @@ inline void __syncthreads() { emulated_current->barrier.arrive_and_wait(); }
 
 template <class T>
 T __shfl_xor_sync(unsigned int /*mask*/, T v, int offset) {
-  static_assert(sizeof(T) == 4);
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8);
   emulated_warp& w = *emulated_current->warps[threadIdx.x / 32];
   const unsigned int lane = threadIdx.x & 31U;
-  std::memcpy(&w.slot[lane], &v, 4);
+  std::memcpy(&w.slot[lane], &v, sizeof(T));
   w.barrier.arrive_and_wait();
   T r;
-  std::memcpy(&r, &w.slot[lane ^ static_cast<unsigned int>(offset)], 4);
+  std::memcpy(&r, &w.slot[lane ^ static_cast<unsigned int>(offset)], sizeof(T));
   w.barrier.arrive_and_wait();
   return r;
 }
@@ -68,7 +68,7 @@ inline unsigned int __ballot_sync(unsigned int /*mask*/, bool p) {
   w.slot[lane] = p ? 1U : 0U;
   w.barrier.arrive_and_wait();
   unsigned int mask = 0;
-  for (unsigned int i = 0; i < 32; ++i) mask |= w.slot[i] << i;
+  for (unsigned int i = 0; i < 32; ++i) mask |= static_cast<unsigned int>(w.slot[i]) << i;
   w.barrier.arrive_and_wait();
   return mask;
 }
@@ -78,19 +78,19 @@ inline float __uint_as_float(unsigned int b) { return std::bit_cast<float>(b); }
 inline unsigned int __float_as_uint(float f) { return std::bit_cast<unsigned int>(f); }
 inline float emulated_half_to_float(unsigned short h) { return actsparse::to_f32(actsparse::f16{h}); }
 
-// Runs kernel() as grid blocks of `threads` threads.
+// Runs kernel() as a grid_x x grid_y grid of blocks of `threads` threads.
 template <class Kernel>
-void emulate_launch(std::size_t grid, unsigned int threads, Kernel kernel) {
-  for (std::size_t b = 0; b < grid; ++b) {
+void emulate_launch(std::size_t grid_x, std::size_t grid_y, unsigned int threads, Kernel kernel) {
+  for (std::size_t b = 0; b < grid_x * grid_y; ++b) {
     emulated_block block(threads);
     std::vector<std::thread> pool;
     pool.reserve(threads);
     for (unsigned int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         threadIdx = {t, 0, 0};
-        blockIdx = {static_cast<unsigned int>(b), 0, 0};
+        blockIdx = {static_cast<unsigned int>(b % grid_x), static_cast<unsigned int>(b / grid_x), 0};
         blockDim = {threads, 0, 0};
-        gridDim = {static_cast<unsigned int>(grid), 0, 0};
+        gridDim = {static_cast<unsigned int>(grid_x), static_cast<unsigned int>(grid_y), 0};
         emulated_current = &block;
         kernel();
         // A thread that has finished no longer takes part in barriers (as on a GPU).
@@ -100,4 +100,10 @@ void emulate_launch(std::size_t grid, unsigned int threads, Kernel kernel) {
     }
     for (auto& th : pool) th.join();
   }
+}
+
+// Runs kernel() as grid blocks of `threads` threads.
+template <class Kernel>
+void emulate_launch(std::size_t grid, unsigned int threads, Kernel kernel) {
+  emulate_launch(grid, 1, threads, kernel);
 }

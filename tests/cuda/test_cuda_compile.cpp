@@ -19,17 +19,7 @@ using namespace actsparse_cuda_test;
 
 namespace {
 
-void check_compiles(cuda::kernel_op op, dtype t) {
-  if (skip_without_nvrtc() || skip_without_ptxas()) return;
-  std::vector<cuda::kernel_config> configs;
-  const bool axpy = op == cuda::kernel_op::row_axpy || op == cuda::kernel_op::token_gather ||
-                    op == cuda::kernel_op::token_scatter_add || op == cuda::kernel_op::top_k;  // rows_per_warp 1 only
-  for (const auto a : {activation::silu, activation::gelu, activation::relu}) {
-    if (a != activation::silu && op != cuda::kernel_op::gate_select) continue;
-    configs.push_back({op, t, a, 128, 1});
-    configs.push_back({op, t, a, 256, axpy ? 1U : 2U});
-  }
-  if (!axpy) configs.push_back({op, t, activation::silu, 512, 4});
+void check_configs(const std::vector<cuda::kernel_config>& configs) {
   for (const auto& c : configs) {
     const std::string source = cuda::generate_cuda(c);
     for (const auto& [arch, sm] : {std::pair{"compute_80", "sm_80"}, std::pair{"compute_90", "sm_90"}}) {
@@ -52,6 +42,45 @@ void check_compiles(cuda::kernel_op op, dtype t) {
       }
     }
   }
+}
+
+void check_compiles(cuda::kernel_op op, dtype t) {
+  if (skip_without_nvrtc() || skip_without_ptxas()) return;
+  std::vector<cuda::kernel_config> configs;
+  const bool axpy = op == cuda::kernel_op::row_axpy || op == cuda::kernel_op::token_gather ||
+                    op == cuda::kernel_op::token_scatter_add || op == cuda::kernel_op::top_k ||
+                    op == cuda::kernel_op::row_axpy_split || op == cuda::kernel_op::gather_values ||
+                    op == cuda::kernel_op::gated_hidden || op == cuda::kernel_op::cumulative_mass;  // rows_per_warp 1
+  const bool act = op == cuda::kernel_op::gate_select || op == cuda::kernel_op::gated_hidden;
+  for (const auto a : {activation::silu, activation::gelu, activation::relu}) {
+    if (a != activation::silu && !act) continue;
+    configs.push_back({op, t, a, 128, 1});
+    configs.push_back({op, t, a, 256, axpy ? 1U : 2U});
+  }
+  if (!axpy) configs.push_back({op, t, activation::silu, 512, 4});
+  if (op == cuda::kernel_op::cumulative_mass) configs.push_back({op, t, activation::silu, 1024, 1});
+  check_configs(configs);
+}
+
+// gated_gather: every activation in one shape, the silu one in three (rows_per_warp 1, 2, 4).
+void check_gated_gather(dtype t) {
+  if (skip_without_nvrtc() || skip_without_ptxas()) return;
+  const cuda::kernel_op op = cuda::kernel_op::gated_gather;
+  check_configs({{op, t, activation::silu, 128, 1},
+                 {op, t, activation::silu, 256, 2},
+                 {op, t, activation::silu, 512, 4},
+                 {op, t, activation::gelu, 256, 2},
+                 {op, t, activation::relu, 256, 2}});
+}
+
+// batched_gemv: a few (rows_per_warp, tokens_per_pass) pairs, up to 32 accumulators a lane.
+void check_batched_gemv(dtype t) {
+  if (skip_without_nvrtc() || skip_without_ptxas()) return;
+  const cuda::kernel_op op = cuda::kernel_op::batched_gemv;
+  check_configs({{op, t, activation::silu, 128, 1, 8},
+                 {op, t, activation::silu, 256, 2, 4},
+                 {op, t, activation::silu, 256, 4, 8},
+                 {op, t, activation::silu, 512, 4, 2}});
 }
 
 }  // namespace
@@ -126,6 +155,53 @@ TEST_CASE("cuda: token_scatter_add compiles (NVRTC, ptxas sm_80 / sm_90, no spil
 
 TEST_CASE("cuda: top_k compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
   check_compiles(cuda::kernel_op::top_k, dtype::f32);
+}
+
+TEST_CASE("cuda: row_axpy_split f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::row_axpy_split, dtype::f32);
+}
+TEST_CASE("cuda: row_axpy_split f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::row_axpy_split, dtype::f16);
+}
+TEST_CASE("cuda: row_axpy_split bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::row_axpy_split, dtype::bf16);
+}
+TEST_CASE("cuda: row_axpy_split q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::row_axpy_split, dtype::q8_0);
+}
+TEST_CASE("cuda: row_axpy_split q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::row_axpy_split, dtype::q4_0);
+}
+TEST_CASE("cuda: gated_gather f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") { check_gated_gather(dtype::f32); }
+TEST_CASE("cuda: gated_gather f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") { check_gated_gather(dtype::f16); }
+TEST_CASE("cuda: gated_gather bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_gated_gather(dtype::bf16);
+}
+TEST_CASE("cuda: gated_gather q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_gated_gather(dtype::q8_0);
+}
+TEST_CASE("cuda: gated_gather q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_gated_gather(dtype::q4_0);
+}
+TEST_CASE("cuda: batched_gemv f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") { check_batched_gemv(dtype::f32); }
+TEST_CASE("cuda: batched_gemv f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") { check_batched_gemv(dtype::f16); }
+TEST_CASE("cuda: batched_gemv bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_batched_gemv(dtype::bf16);
+}
+TEST_CASE("cuda: batched_gemv q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_batched_gemv(dtype::q8_0);
+}
+TEST_CASE("cuda: batched_gemv q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_batched_gemv(dtype::q4_0);
+}
+TEST_CASE("cuda: gather_values compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gather_values, dtype::f32);
+}
+TEST_CASE("cuda: gated_hidden compiles for every activation (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::gated_hidden, dtype::f32);
+}
+TEST_CASE("cuda: cumulative_mass compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  check_compiles(cuda::kernel_op::cumulative_mass, dtype::f32);
 }
 
 TEST_CASE("cuda: NVRTC reports a compile error with its log, caches PTX, rejects a bad arch") {

@@ -8,10 +8,12 @@
 #include <actsparse/backends/cuda/generator.hpp>
 #include <actsparse/core/activation.hpp>
 #include <actsparse/core/quantize.hpp>
+#include <actsparse/selectors/cumulative_mass.hpp>
 #include <actsparse/selectors/top_k.hpp>
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -258,5 +260,351 @@ TEST_CASE("cuda emulated: top_k gives the top_k selector's indices, ties to the 
     emulate_launch(1, 64, [&] { emulated_19::actsparse_top_k_t64(scores.data(), 300, k, idx.data(), &count); });
     REQUIRE(count == expected.indices.size());
     for (std::size_t i = 0; i < count; ++i) CHECK(idx[i] == expected.indices[i]);
+  }
+}
+
+namespace {
+
+using partial_fn = decltype(&emulated_20::actsparse_row_axpy_partial_f32_t32);
+using reduce_fn = decltype(&emulated_20::actsparse_reduce_partials_t32);
+using gated_fn = decltype(&emulated_21::actsparse_gated_gather_silu_f32_t64_r2);
+using batched_fn = decltype(&emulated_22::actsparse_batched_gemv_f32_t64_r2_b4);
+
+struct split_kernels {
+  dtype t;
+  partial_fn partial;
+  reduce_fn reduce;
+  gated_fn gated;
+  batched_fn batched;
+};
+
+// The configs of emit_kernels.cpp 20 .. 34, in its order.
+const split_kernels new_by_dtype[] = {
+    {dtype::f32, emulated_20::actsparse_row_axpy_partial_f32_t32, emulated_20::actsparse_reduce_partials_t32,
+     emulated_21::actsparse_gated_gather_silu_f32_t64_r2, emulated_22::actsparse_batched_gemv_f32_t64_r2_b4},
+    {dtype::f16, emulated_23::actsparse_row_axpy_partial_f16_t32, emulated_23::actsparse_reduce_partials_t32,
+     emulated_24::actsparse_gated_gather_silu_f16_t64_r2, emulated_25::actsparse_batched_gemv_f16_t64_r2_b4},
+    {dtype::bf16, emulated_26::actsparse_row_axpy_partial_bf16_t32, emulated_26::actsparse_reduce_partials_t32,
+     emulated_27::actsparse_gated_gather_silu_bf16_t64_r2, emulated_28::actsparse_batched_gemv_bf16_t64_r2_b4},
+    {dtype::q8_0, emulated_29::actsparse_row_axpy_partial_q8_0_t32, emulated_29::actsparse_reduce_partials_t32,
+     emulated_30::actsparse_gated_gather_silu_q8_0_t64_r2, emulated_31::actsparse_batched_gemv_q8_0_t64_r2_b4},
+    {dtype::q4_0, emulated_32::actsparse_row_axpy_partial_q4_0_t32, emulated_32::actsparse_reduce_partials_t32,
+     emulated_33::actsparse_gated_gather_silu_q4_0_t64_r2, emulated_34::actsparse_batched_gemv_q4_0_t64_r2_b4},
+};
+
+}  // namespace
+
+TEST_CASE("cuda emulated: row_axpy with idx == nullptr is row_axpy over rows 0 .. count-1") {
+  constexpr std::size_t cols = 96;
+  for (const auto& k : by_dtype) {
+    CAPTURE(actsparse::name(k.t));
+    const matrix m = make_matrix(k.t, 9, cols, 5);
+    const std::vector<float> coef = random_vector(9, 6);
+    const std::vector<unsigned int> iota = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    const cuda::kernel_config axpy{cuda::kernel_op::row_axpy, k.t, activation::silu, 32, 1};
+    std::vector<float> with(cols, -1.0F);
+    std::vector<float> without(cols, -2.0F);
+    emulate_launch(cuda::grid_blocks(axpy, cols), 32,
+                   [&] { k.axpy(m.bytes.data(), m.stride, iota.data(), coef.data(), 9, cols, with.data()); });
+    emulate_launch(cuda::grid_blocks(axpy, cols), 32,
+                   [&] { k.axpy(m.bytes.data(), m.stride, nullptr, coef.data(), 9, cols, without.data()); });
+    CHECK(std::memcmp(with.data(), without.data(), cols * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("cuda emulated: row_axpy_split = per-split fma chains, then their sum in split order") {
+  constexpr std::size_t rows = 37;
+  constexpr std::size_t cols = 96;
+  for (const auto& k : new_by_dtype) {
+    CAPTURE(actsparse::name(k.t));
+    const matrix m = make_matrix(k.t, rows, cols, 13);
+    const cuda::kernel_config c{cuda::kernel_op::row_axpy_split, k.t, activation::silu, 32, 1};
+    const std::vector<unsigned int> kept = {0, 3, 4, 8, 9, 10, 15, 21, 22, 30, 36};
+    struct run {
+      const unsigned int* idx;
+      unsigned int count;
+      unsigned int rows_per_split;
+    };
+    // A ragged last split (11 = 4 + 4 + 3), nullptr idx over every row (37 = 7 x 5 + 2),
+    // one split (row_axpy's bits), and no kept row at all.
+    for (const run r : {run{kept.data(), 11, 4}, run{nullptr, 37, 5}, run{kept.data(), 11, 64}, run{nullptr, 0, 4}}) {
+      CAPTURE(r.count);
+      CAPTURE(r.rows_per_split);
+      const std::vector<float> coef = random_vector(r.count, 14);
+      const std::size_t splits = cuda::split_count(r.count, r.rows_per_split);
+      std::vector<float> partial(splits * cols + 1, -3.0F);
+      std::vector<float> y(cols + 1, -1.0F);
+      if (splits > 0) {
+        emulate_launch(cuda::grid_blocks(c, cols, 0), splits, 32, [&] {
+          k.partial(m.bytes.data(), m.stride, r.idx, coef.data(), r.count, cols, r.rows_per_split, partial.data());
+        });
+      }
+      emulate_launch(cuda::grid_blocks(c, cols, 1), 32,
+                     [&] { k.reduce(partial.data(), static_cast<unsigned int>(splits), cols, y.data()); });
+      for (std::size_t col = 0; col < cols; ++col) {
+        float expected = 0.0F;
+        for (std::size_t s = 0; s < splits; ++s) {
+          float acc = 0.0F;
+          for (std::size_t j = s * r.rows_per_split; j < std::min<std::size_t>(r.count, (s + 1) * r.rows_per_split);
+               ++j) {
+            const std::size_t row = r.idx != nullptr ? r.idx[j] : j;
+            acc = std::fma(coef[j], m.values[row * cols + col], acc);
+          }
+          CHECK(partial[s * cols + col] == acc);
+          expected += acc;
+        }
+        CHECK(y[col] == expected);
+      }
+      CHECK(partial[splits * cols] == -3.0F);  // nothing written past the splits
+      CHECK(y[cols] == -1.0F);
+    }
+  }
+}
+
+TEST_CASE("cuda emulated: gated_gather equals act(gather_gemv(gate)) * gather_gemv(up) bit for bit") {
+  constexpr std::size_t rows = 21;
+  constexpr std::size_t cols = 96;
+  for (std::size_t d = 0; d < std::size(by_dtype); ++d) {
+    const auto& k = by_dtype[d];
+    CAPTURE(actsparse::name(k.t));
+    const matrix gate = make_matrix(k.t, rows, cols, 40);
+    const matrix up = make_matrix(k.t, rows, cols, 41);
+    const std::vector<float> x = random_vector(cols, 42);
+    const std::vector<float> gate_act = random_vector(rows, 43);
+    std::vector<unsigned int> iota(rows);
+    for (unsigned int i = 0; i < rows; ++i) iota[i] = i;
+    const std::vector<unsigned int> idx = {20, 0, 5, 5, 17, 2, 19, 11, 12};
+    const cuda::kernel_config gather{cuda::kernel_op::gather_gemv, k.t, activation::silu, 64, 1};
+    const cuda::kernel_config gated{cuda::kernel_op::gated_gather, k.t, activation::silu, 64, 2};
+    for (const bool all : {false, true}) {
+      const std::vector<unsigned int>& list = all ? iota : idx;
+      const auto count = static_cast<unsigned int>(list.size());
+      const unsigned int* pass = all ? nullptr : idx.data();  // nullptr: j = k
+      std::vector<float> g(count);
+      std::vector<float> u(count);
+      emulate_launch(cuda::grid_blocks(gather, count), 64,
+                     [&] { k.gather(gate.bytes.data(), gate.stride, x.data(), cols, list.data(), count, g.data()); });
+      emulate_launch(cuda::grid_blocks(gather, count), 64,
+                     [&] { k.gather(up.bytes.data(), up.stride, x.data(), cols, list.data(), count, u.data()); });
+      std::vector<float> h(count + 1, -5.0F);
+      emulate_launch(cuda::grid_blocks(gated, count), 64, [&] {
+        new_by_dtype[d].gated(gate.bytes.data(), gate.stride, up.bytes.data(), up.stride, x.data(), cols, pass, count,
+                              nullptr, h.data());
+      });
+      for (std::size_t i = 0; i < count; ++i) CHECK(h[i] == actsparse::silu(g[i]) * u[i]);
+      CHECK(h[count] == -5.0F);
+      // With gate_act the gate matrix is not read (nullptr here).
+      std::vector<float> ha(count + 1, -5.0F);
+      emulate_launch(cuda::grid_blocks(gated, count), 64, [&] {
+        new_by_dtype[d].gated(nullptr, 0, up.bytes.data(), up.stride, x.data(), cols, pass, count, gate_act.data(),
+                              ha.data());
+      });
+      for (std::size_t i = 0; i < count; ++i) CHECK(ha[i] == gate_act[list[i]] * u[i]);
+      CHECK(ha[count] == -5.0F);
+    }
+    // count 0: nothing written even by a launched block.
+    std::vector<float> h(4, -5.0F);
+    emulate_launch(1, 64, [&] {
+      new_by_dtype[d].gated(gate.bytes.data(), gate.stride, up.bytes.data(), up.stride, x.data(), cols, idx.data(), 0,
+                            nullptr, h.data());
+    });
+    for (const float v : h) CHECK(v == -5.0F);
+  }
+  // gelu, one row per warp, three warps per block.
+  const matrix gate = make_matrix(dtype::f16, 50, 64, 44);
+  const matrix up = make_matrix(dtype::f16, 50, 64, 45);
+  const std::vector<float> x = random_vector(64, 46);
+  std::vector<unsigned int> idx;
+  for (unsigned int j = 1; j < 50; j += 3) idx.push_back(j);
+  const auto count = static_cast<unsigned int>(idx.size());
+  std::vector<float> g(count);
+  std::vector<float> u(count);
+  std::vector<float> h(count);
+  emulate_launch(cuda::grid_blocks({cuda::kernel_op::gather_gemv, dtype::f16, activation::silu, 64, 1}, count), 64,
+                 [&] {
+                   emulated_4::actsparse_gather_gemv_f16_t64(gate.bytes.data(), gate.stride, x.data(), 64, idx.data(),
+                                                             count, g.data());
+                   emulated_4::actsparse_gather_gemv_f16_t64(up.bytes.data(), up.stride, x.data(), 64, idx.data(),
+                                                             count, u.data());
+                 });
+  emulate_launch(
+      cuda::grid_blocks({cuda::kernel_op::gated_gather, dtype::f16, activation::gelu, 96, 1}, count), 96, [&] {
+        emulated_35::actsparse_gated_gather_gelu_f16_t96(gate.bytes.data(), gate.stride, up.bytes.data(), up.stride,
+                                                         x.data(), 64, idx.data(), count, nullptr, h.data());
+      });
+  for (std::size_t i = 0; i < count; ++i) CHECK(h[i] == actsparse::gelu(g[i]) * u[i]);
+}
+
+TEST_CASE("cuda emulated: gated_hidden and gather_values") {
+  constexpr unsigned n = 77;
+  const std::vector<float> g = random_vector(n, 50);
+  const std::vector<float> u = random_vector(n, 51);
+  using hidden_fn = decltype(&emulated_36::actsparse_gated_hidden_silu_t64);
+  const std::pair<activation, hidden_fn> kernels[] = {{activation::silu, emulated_36::actsparse_gated_hidden_silu_t64},
+                                                      {activation::gelu, emulated_37::actsparse_gated_hidden_gelu_t64},
+                                                      {activation::relu, emulated_38::actsparse_gated_hidden_relu_t64}};
+  for (const auto& [act, kernel] : kernels) {
+    CAPTURE(actsparse::name(act));
+    std::vector<float> h(n + 1, -7.0F);
+    emulate_launch(cuda::grid_blocks({cuda::kernel_op::gated_hidden, dtype::f32, act, 64, 1}, n), 64,
+                   [&] { kernel(g.data(), u.data(), n, h.data()); });
+    for (unsigned i = 0; i < n; ++i) CHECK(h[i] == actsparse::apply(act, g[i]) * u[i]);
+    CHECK(h[n] == -7.0F);
+  }
+
+  std::mt19937 rng(52);
+  std::uniform_int_distribution<unsigned int> pick(0, n - 1);
+  std::vector<unsigned int> idx(45);
+  for (auto& i : idx) i = pick(rng);
+  const cuda::kernel_config c{cuda::kernel_op::gather_values, dtype::f32, activation::silu, 32, 1};
+  for (const unsigned count : {45U, 33U, 0U}) {
+    CAPTURE(count);
+    std::vector<float> dst(46, -7.0F);
+    emulate_launch(std::max<std::size_t>(cuda::grid_blocks(c, count), 1), 32,
+                   [&] { emulated_39::actsparse_gather_values_t32(g.data(), idx.data(), count, dst.data()); });
+    for (unsigned k = 0; k < count; ++k) CHECK(dst[k] == g[idx[k]]);
+    for (unsigned k = count; k < 46; ++k) CHECK(dst[k] == -7.0F);
+  }
+}
+
+namespace {
+
+constexpr std::size_t batch_rows = 19;
+constexpr std::size_t batch_cols = 96;
+constexpr std::size_t x_stride = 100;
+constexpr std::size_t y_stride = 23;
+constexpr unsigned max_tokens = 9;
+
+struct batch_case {
+  matrix m;
+  std::vector<float> x;                // max_tokens rows, x_stride apart
+  std::vector<std::vector<float>> y1;  // the gemv kernel (R = 2) run on each token alone
+};
+
+batch_case make_batch_case(dtype t, gemv_fn gemv) {
+  batch_case b{make_matrix(t, batch_rows, batch_cols, 60), random_vector(max_tokens * x_stride, 61), {}};
+  const cuda::kernel_config g{cuda::kernel_op::gemv, t, activation::silu, 64, 2};
+  for (unsigned tok = 0; tok < max_tokens; ++tok) {
+    std::vector<float> one(batch_rows);
+    emulate_launch(cuda::grid_blocks(g, batch_rows), 64, [&] {
+      gemv(b.m.bytes.data(), b.m.stride, b.x.data() + tok * x_stride, batch_rows, batch_cols, one.data());
+    });
+    b.y1.push_back(std::move(one));
+  }
+  return b;
+}
+
+// y[t, :] of a batched kernel against gemv's, for t < ntok; nothing else written.
+template <class Batched>
+void check_batched(Batched batched, const batch_case& b, const cuda::kernel_config& c, unsigned ntok) {
+  CAPTURE(actsparse::name(c.weight));
+  CAPTURE(c.tokens_per_pass);
+  CAPTURE(ntok);
+  std::vector<float> y(max_tokens * y_stride, -9.0F);
+  emulate_launch(cuda::grid_blocks(c, batch_rows), c.threads_per_block, [&] {
+    batched(b.m.bytes.data(), b.m.stride, b.x.data(), x_stride, ntok, batch_rows, batch_cols, y.data(), y_stride);
+  });
+  for (unsigned t = 0; t < max_tokens; ++t) {
+    for (std::size_t k = 0; k < y_stride; ++k) {
+      const float expected = t < ntok && k < batch_rows ? b.y1[t][k] : -9.0F;
+      CHECK(y[t * y_stride + k] == expected);  // gemv's bits
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda emulated: batched_gemv gives each token gemv's bits") {
+  for (std::size_t d = 0; d < std::size(by_dtype); ++d) {
+    const batch_case b = make_batch_case(by_dtype[d].t, by_dtype[d].gemv);
+    const cuda::kernel_config c{cuda::kernel_op::batched_gemv, by_dtype[d].t, activation::silu, 64, 2, 4};
+    check_batched(new_by_dtype[d].batched, b, c, 7);  // 4 + 3 tokens
+    if (by_dtype[d].t == dtype::q8_0) {
+      const cuda::kernel_config q8{cuda::kernel_op::batched_gemv, dtype::q8_0, activation::silu, 32, 1, 8};
+      for (const unsigned ntok : {0U, 3U, 9U})
+        check_batched(emulated_42::actsparse_batched_gemv_q8_0_t32_b8, b, q8, ntok);
+    }
+    if (by_dtype[d].t == dtype::bf16) {
+      const cuda::kernel_config bf{cuda::kernel_op::batched_gemv, dtype::bf16, activation::silu, 96, 4, 1};
+      check_batched(emulated_43::actsparse_batched_gemv_bf16_t96_r4_b1, b, bf, 5);
+    }
+  }
+}
+
+namespace {
+
+using mass_fn = decltype(&emulated_40::actsparse_cumulative_mass_t64);
+
+std::vector<unsigned int> device_mass(mass_fn kernel, unsigned threads, const std::vector<float>& scores, float mass,
+                                      unsigned min_keep) {
+  const auto n = static_cast<unsigned int>(scores.size());
+  std::vector<unsigned int> idx(n + 1, 0xFFFFFFFFU);
+  unsigned int count = 12345;
+  emulate_launch(1, threads, [&] { kernel(scores.data(), n, mass, min_keep, idx.data(), &count); });
+  REQUIRE(count <= n);
+  CHECK(idx[count] == 0xFFFFFFFFU);  // nothing written past count
+  idx.resize(count);
+  return idx;
+}
+
+void check_mass(mass_fn kernel, unsigned threads, const std::vector<float>& scores, float mass, unsigned min_keep) {
+  CAPTURE(mass);
+  CAPTURE(min_keep);
+  actsparse::selection expected;
+  actsparse::cumulative_mass{.mass = static_cast<double>(mass), .recent_n = 0, .min_keep = min_keep}.select(scores,
+                                                                                                            expected);
+  const std::vector<unsigned int> got = device_mass(kernel, threads, scores, mass, min_keep);
+  CHECK(got.size() == expected.indices.size());
+  CHECK(std::equal(got.begin(), got.end(), expected.indices.begin(), expected.indices.end()));
+}
+
+}  // namespace
+
+TEST_CASE("cuda emulated: cumulative_mass keeps the cumulative_mass selector's set") {
+  std::mt19937 rng(70);
+  // Multiples of 1/64 (exact double sums) with many ties, and continuous scores.
+  std::uniform_int_distribution<int> level(0, 64);
+  std::vector<float> ties(300);
+  for (auto& s : ties) s = static_cast<float>(level(rng)) / 64.0F;
+  std::exponential_distribution<float> expo(1.0F);
+  std::vector<float> smooth(401);
+  for (auto& s : smooth) s = expo(rng);
+  const std::pair<mass_fn, unsigned> kernels[] = {{emulated_40::actsparse_cumulative_mass_t64, 64},
+                                                  {emulated_41::actsparse_cumulative_mass_t96, 96}};
+  for (const auto& [kernel, threads] : kernels) {
+    CAPTURE(threads);
+    const bool all = threads == 64;  // the other block shape on a few cases: emulated passes are slow
+    for (const float mass : {1e-30F, 0.25F, 0.5F, 0.75F, 0.9F, 0.999F, 1.0F, 1.5F}) {
+      check_mass(kernel, threads, ties, mass, 0);
+      if (all || mass == 0.9F) check_mass(kernel, threads, smooth, mass, 0);
+    }
+    for (const unsigned min_keep : {1U, 5U, 200U, 299U, 300U, 1000U}) {
+      if (all || min_keep == 200U) check_mass(kernel, threads, ties, 0.5F, min_keep);
+      if (all) check_mass(kernel, threads, ties, 1.0F, min_keep);
+    }
+    // Ties straddling the boundary: 40 scores of 1 and 60 of 0.5: mass 0.5 (of 70) needs 35 ones.
+    std::vector<float> flat(100, 0.5F);
+    for (std::size_t i = 0; i < 100; i += 5) flat[i] = flat[i + 1] = 1.0F;
+    check_mass(kernel, threads, flat, 0.5F, 0);
+    check_mass(kernel, threads, flat, 0.7F, 0);
+    check_mass(kernel, threads, flat, 0.7F, 77);
+    check_mass(kernel, threads, std::vector<float>(33, 2.0F), 0.3F, 0);
+    // Zeros (and -0) rank last; a single score.
+    std::vector<float> zeros(70, 0.0F);
+    zeros[3] = -0.0F;
+    zeros[10] = 3.0F;
+    zeros[50] = 1.0F;
+    check_mass(kernel, threads, zeros, 0.8F, 0);
+    check_mass(kernel, threads, zeros, 0.8F, 4);
+    check_mass(kernel, threads, {0.25F}, 0.5F, 0);
+    // The selector's dense fallbacks keep everything: all zero, negative, NaN, inf.
+    check_mass(kernel, threads, std::vector<float>(40, 0.0F), 0.5F, 0);
+    for (const float bad : {-1.0F, std::nanf(""), -std::nanf(""), INFINITY}) {
+      CAPTURE(bad);
+      std::vector<float> s = ties;
+      s[123] = bad;
+      check_mass(kernel, threads, s, 0.5F, 0);
+    }
+    CHECK(device_mass(kernel, threads, {}, 0.5F, 3).empty());  // n = 0
   }
 }

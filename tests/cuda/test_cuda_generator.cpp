@@ -101,7 +101,7 @@ TEST_CASE("cuda: invalid configs are rejected with what was expected") {
   CHECK_THROWS_AS((void)cuda::rows_per_block(c), actsparse::error);
   c = {cuda::kernel_op::row_axpy, dtype::f32, activation::silu, 256, 2};
   CHECK(message_of(c).find("1 for row_axpy") != std::string::npos);
-  c = {static_cast<cuda::kernel_op>(9), dtype::f32};
+  c = {static_cast<cuda::kernel_op>(99), dtype::f32};
   CHECK(message_of(c).find("'op'") != std::string::npos);
   c = {cuda::kernel_op::gemv, static_cast<dtype>(9)};
   CHECK(message_of(c).find("'weight'") != std::string::npos);
@@ -114,4 +114,103 @@ TEST_CASE("cuda: invalid configs are rejected with what was expected") {
   CHECK(message_of(c).find("f32 for the token ops") != std::string::npos);
   c = {cuda::kernel_op::token_scatter_add, dtype::f32, activation::silu, 256, 2};
   CHECK(message_of(c).find("one block per token") != std::string::npos);
+}
+
+TEST_CASE("cuda: the split, gated, batched and selection ops: names, text, launch shapes") {
+  using op = cuda::kernel_op;
+  CHECK(cuda::kernel_names({op::row_axpy_split, dtype::q4_0, activation::silu, 128, 1}) ==
+        std::vector<std::string>{"actsparse_row_axpy_partial_q4_0_t128", "actsparse_reduce_partials_t128"});
+  CHECK(cuda::kernel_names({op::gather_values, dtype::f32}) ==
+        std::vector<std::string>{"actsparse_gather_values_t256"});
+  CHECK(cuda::kernel_names({op::gated_gather, dtype::bf16, activation::gelu, 128, 2}) ==
+        std::vector<std::string>{"actsparse_gated_gather_gelu_bf16_t128_r2"});
+  CHECK(cuda::kernel_names({op::gated_gather, dtype::q8_0, activation::silu, 64, 1}) ==
+        std::vector<std::string>{"actsparse_gated_gather_silu_q8_0_t64"});
+  CHECK(cuda::kernel_names({op::gated_hidden, dtype::f32, activation::relu, 512, 1}) ==
+        std::vector<std::string>{"actsparse_gated_hidden_relu_t512"});
+  CHECK(cuda::kernel_names({op::batched_gemv, dtype::f16, activation::silu, 256, 2, 4}) ==
+        std::vector<std::string>{"actsparse_batched_gemv_f16_t256_r2_b4"});
+  CHECK(cuda::kernel_names({op::batched_gemv, dtype::f32, activation::silu, 256, 1, 1}) ==
+        std::vector<std::string>{"actsparse_batched_gemv_f32_t256_b1"});
+  CHECK(cuda::kernel_names({op::cumulative_mass, dtype::f32, activation::silu, 1024}) ==
+        std::vector<std::string>{"actsparse_cumulative_mass_t1024"});
+
+  for (const auto t : all_dtypes) {
+    for (const auto a : {activation::silu, activation::gelu, activation::relu}) {
+      for (const cuda::kernel_config c :
+           {cuda::kernel_config{op::row_axpy_split, t, a, 128, 1}, cuda::kernel_config{op::gated_gather, t, a, 128, 4},
+            cuda::kernel_config{op::batched_gemv, t, a, 128, 2, 8}}) {
+        CAPTURE(cuda::name(c.op));
+        const std::string s = cuda::generate_cuda(c);
+        CHECK(s == cuda::generate_cuda(c));
+        CHECK(s.find('$') == std::string::npos);
+        CHECK(s.find("actsparse_decode_" + std::string(actsparse::name(t)) + "(") != std::string::npos);
+        for (const auto& n : cuda::kernel_names(c))
+          CHECK(s.find("extern \"C\" __global__ void __launch_bounds__(128) " + n + "(") != std::string::npos);
+        CHECK(s.find("atomic") == std::string::npos);
+      }
+    }
+  }
+  for (const cuda::kernel_config c : {cuda::kernel_config{op::gather_values, dtype::f32, activation::silu, 128},
+                                      {op::gated_hidden, dtype::f32, activation::gelu, 128},
+                                      {op::cumulative_mass, dtype::f32, activation::silu, 128}}) {
+    const std::string s = cuda::generate_cuda(c);
+    CHECK(s == cuda::generate_cuda(c));
+    CHECK(s.find('$') == std::string::npos);
+    CHECK(s.find("extern \"C\" __global__ void __launch_bounds__(128) " + cuda::kernel_names(c)[0] + "(") !=
+          std::string::npos);
+    CHECK(s.find("atomic") == std::string::npos);
+  }
+  // The activation and tokens_per_pass are part of the text where they matter.
+  CHECK(cuda::generate_cuda({op::gated_gather, dtype::f16, activation::silu}) !=
+        cuda::generate_cuda({op::gated_gather, dtype::f16, activation::gelu}));
+  CHECK(cuda::generate_cuda({op::batched_gemv, dtype::f16, activation::silu, 256, 1, 2}) !=
+        cuda::generate_cuda({op::batched_gemv, dtype::f16, activation::silu, 256, 1, 4}));
+
+  // Launch shapes: the partial kernel covers storage elements, the reduction columns.
+  const cuda::kernel_config split{op::row_axpy_split, dtype::q8_0, activation::silu, 128, 1};
+  CHECK(cuda::grid_blocks(split, 4096) == 1);  // 128 threads x 32 columns
+  CHECK(cuda::grid_blocks(split, 4096, 0) == 1);
+  CHECK(cuda::grid_blocks(split, 4096, 1) == 32);
+  CHECK_THROWS_AS((void)cuda::grid_blocks(split, 4096, 2), actsparse::error);
+  CHECK(cuda::split_count(0, 64) == 0);
+  CHECK(cuda::split_count(64, 64) == 1);
+  CHECK(cuda::split_count(65, 64) == 2);
+  CHECK_THROWS_AS((void)cuda::split_count(10, 0), actsparse::error);
+  CHECK(cuda::grid_blocks({op::gather_values, dtype::f32, activation::silu, 128}, 129) == 2);
+  CHECK(cuda::grid_blocks({op::gated_hidden, dtype::f32, activation::silu, 128}, 128) == 1);
+  CHECK(cuda::grid_blocks({op::gated_gather, dtype::q4_0, activation::silu, 256, 2}, 17) == 2);  // 16 rows a block
+  CHECK(cuda::grid_blocks({op::batched_gemv, dtype::q4_0, activation::silu, 256, 4, 8}, 4096) == 128);
+  CHECK(cuda::rows_per_block({op::batched_gemv, dtype::q4_0, activation::silu, 256, 4, 8}) == 32);
+  CHECK(cuda::grid_blocks({op::cumulative_mass, dtype::f32}, 11008) == 1);
+}
+
+TEST_CASE("cuda: invalid configs of the split, gated, batched and selection ops are rejected") {
+  using op = cuda::kernel_op;
+  cuda::kernel_config c{op::row_axpy_split, dtype::f32, activation::silu, 256, 2};
+  CHECK(message_of(c).find("1 for row_axpy and row_axpy_split") != std::string::npos);
+  c = {op::gather_values, dtype::f16};
+  CHECK(message_of(c).find("'weight'") != std::string::npos);
+  CHECK(message_of(c).find("gather_values") != std::string::npos);
+  c = {op::gated_hidden, dtype::f32, activation::silu, 256, 2};
+  CHECK(message_of(c).find("'rows_per_warp'") != std::string::npos);
+  c = {op::cumulative_mass, dtype::q8_0};
+  CHECK(message_of(c).find("cumulative_mass") != std::string::npos);
+  c = {op::gated_gather, dtype::f32, static_cast<activation>(7)};
+  CHECK(message_of(c).find("silu, gelu or relu") != std::string::npos);
+  c = {op::gated_gather, dtype::f32, activation::silu, 256, 3};
+  CHECK(message_of(c).find("1, 2, 4 or 8") != std::string::npos);
+  c = {op::batched_gemv, dtype::f32, activation::silu, 256, 1, 3};
+  CHECK(message_of(c).find("'tokens_per_pass'") != std::string::npos);
+  CHECK(message_of(c).find("1, 2, 4 or 8 for batched_gemv") != std::string::npos);
+  c.tokens_per_pass = 0;
+  CHECK_THROWS_AS((void)cuda::kernel_names(c), actsparse::error);
+  c.tokens_per_pass = 16;
+  CHECK_THROWS_AS((void)cuda::grid_blocks(c, 10), actsparse::error);
+  c = {op::gemv, dtype::f32, activation::silu, 256, 1, 2};  // tokens_per_pass is batched_gemv's alone
+  CHECK(message_of(c).find("only batched_gemv") != std::string::npos);
+  c = {op::cumulative_mass, dtype::f32, activation::silu, 48};
+  CHECK(message_of(c).find("a multiple of 32") != std::string::npos);
+  c = {static_cast<op>(13), dtype::f32};
+  CHECK(message_of(c).find("cumulative_mass") != std::string::npos);  // the list of ops names the new ones
 }

@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   auto emit = [&](const cuda::kernel_config& c) {
     std::string s = cuda::generate_cuda(c);
     s = replace_all(s, "extern \"C\" ", "");
-    s = replace_all(s, "#pragma unroll\n", "");  // a hint only; g++ warns on it
+    for (const char* hint : {"#pragma unroll\n", "#pragma unroll 1\n", "#pragma unroll 2\n"})
+      s = replace_all(s, hint, "");  // a hint only; g++ warns on it
     s = replace_all(s, "asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));", "f = emulated_half_to_float(h);");
     out << "namespace emulated_" << n++ << " {\n" << s << "}\n";
   };
@@ -46,5 +47,19 @@ int main(int argc, char** argv) {
   emit({cuda::kernel_op::token_gather, dtype::f32, activation::silu, 64, 1});
   emit({cuda::kernel_op::token_scatter_add, dtype::f32, activation::silu, 64, 1});
   emit({cuda::kernel_op::top_k, dtype::f32, activation::silu, 64, 1});
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {  // 20 .. 34
+    emit({cuda::kernel_op::row_axpy_split, t, activation::silu, 32, 1});
+    emit({cuda::kernel_op::gated_gather, t, activation::silu, 64, 2});
+    emit({cuda::kernel_op::batched_gemv, t, activation::silu, 64, 2, 4});
+  }
+  emit({cuda::kernel_op::gated_gather, dtype::f16, activation::gelu, 96, 1});
+  emit({cuda::kernel_op::gated_hidden, dtype::f32, activation::silu, 64, 1});
+  emit({cuda::kernel_op::gated_hidden, dtype::f32, activation::gelu, 64, 1});
+  emit({cuda::kernel_op::gated_hidden, dtype::f32, activation::relu, 64, 1});
+  emit({cuda::kernel_op::gather_values, dtype::f32, activation::silu, 32, 1});  // 39
+  emit({cuda::kernel_op::cumulative_mass, dtype::f32, activation::silu, 64, 1});
+  emit({cuda::kernel_op::cumulative_mass, dtype::f32, activation::silu, 96, 1});
+  emit({cuda::kernel_op::batched_gemv, dtype::q8_0, activation::silu, 32, 1, 8});
+  emit({cuda::kernel_op::batched_gemv, dtype::bf16, activation::silu, 96, 4, 1});  // 43
   return out ? 0 : 1;
 }
