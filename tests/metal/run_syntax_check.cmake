@@ -4,10 +4,23 @@
 #   -DSTUB=dir  and either
 #   -DEMIT=emit_kernels -DOP=op -DDTYPE=dtype -DWORK_DIR=dir   (the generated sources of op x dtype)
 #   -DSOURCE=file.metal -DEXPECT_ERROR=regex                    (a source the check must reject)
+#   -DOBJCXX=file.mm -DINCLUDE=dir                              (the host wrapper, as Objective-C++,
+#                                                                with STUB = stub_objc: see its header)
 if(NOT CLANGXX)
   message("METAL-SKIP: clang++ not found; the generated Metal source is not syntax-checked")
   return()
 endif()
+if(OBJCXX)
+  execute_process(COMMAND ${CLANGXX} -std=c++20 -fsyntax-only -Wall -Wextra -Werror -x objective-c++
+                          -fobjc-runtime=macosx-10.15 -fobjc-arc -D__APPLE__ -I${INCLUDE} -I${STUB} ${OBJCXX}
+                  RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "syntax check failed: ${OBJCXX}\n${err}")
+  endif()
+  message("syntax ok (Objective-C++ against the stub Metal header): ${OBJCXX}")
+  return()
+endif()
+
 set(flags -std=c++14 -fsyntax-only -Wall -Wextra -Werror -I${STUB} -x c++)
 
 if(SOURCE)
