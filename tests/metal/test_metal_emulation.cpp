@@ -28,10 +28,12 @@
 #include <random>
 #include <vector>
 
-// The generated kernels, MSL keywords mapped to C++ only around them.
-#include "emulated_metal_kernels.inc"  // generated: emit_kernels.cpp
+// The generated kernels, MSL keywords mapped to C++ only around them (in this order).
+// clang-format off
 #include "metal_keywords.hpp"
+#include "emulated_metal_kernels.inc"  // generated: emit_kernels.cpp
 #include "metal_keywords_undef.hpp"
+// clang-format on
 
 namespace msl = actsparse::metal;  // "metal" is MSL's own namespace here (metal_emulation.hpp)
 using actsparse::activation;
