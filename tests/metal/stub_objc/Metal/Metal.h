@@ -19,8 +19,13 @@ typedef signed char BOOL;
 @interface NSError : NSObject
 @property(readonly, copy) NSString* localizedDescription;
 @end
-typedef struct { NSUInteger width, height, depth; } MTLSize;
-static inline MTLSize MTLSizeMake(NSUInteger w, NSUInteger h, NSUInteger d) { MTLSize s = {w, h, d}; return s; }
+typedef struct {
+  NSUInteger width, height, depth;
+} MTLSize;
+static inline MTLSize MTLSizeMake(NSUInteger w, NSUInteger h, NSUInteger d) {
+  MTLSize s = {w, h, d};
+  return s;
+}
 @interface MTLCompileOptions : NSObject
 @property BOOL fastMathEnabled __attribute__((deprecated));
 @end
