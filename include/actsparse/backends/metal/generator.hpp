@@ -17,8 +17,10 @@
 // - The simdgroup is 32 threads wide (every Apple GPU; the reductions are xor butterflies
 //   over 5 steps and ballots are read as 32 bits). runtime.hpp refuses a pipeline whose
 //   threadExecutionWidth is not 32 (some AMD and Intel Macs).
-// - MSL 2.1 or later (simd_shuffle_xor, simd_ballot); bf16 is decoded from its ushort bits,
-//   so no `bfloat` (MSL 3.1) is needed.
+// - A GPU family and MSL version with SIMD-group functions (simd_shuffle_xor, simd_ballot;
+//   Apple's feature tables give the minimum, not verified here). No simd_sum: its order of
+//   additions is unspecified, the butterfly's is fixed. bf16 is decoded from its ushort
+//   bits, so no `bfloat` (MSL 3.1) is needed.
 // - Compiled without fast math (runtime.hpp turns it off): fast math may reassociate the sums
 //   and would change the bits. exp and tanh are metal::precise's, which are not bit-exact
 //   with the host libm; every other operation is a single IEEE rounding as on the CPU.
