@@ -1,0 +1,57 @@
+# clang++ -fsyntax-only on generated Metal source, with stub/metal_stdlib standing in for
+# Metal's header (no Metal compiler runs on Linux). Run with cmake -P:
+#   -DCLANGXX=path (empty: the test prints METAL-SKIP and is reported skipped)
+#   -DSTUB=dir  and either
+#   -DEMIT=emit_kernels -DOP=op -DDTYPE=dtype -DWORK_DIR=dir   (the generated sources of op x dtype)
+#   -DSOURCE=file.metal -DEXPECT_ERROR=regex                    (a source the check must reject)
+#   -DOBJCXX=file.mm -DINCLUDE=dir                              (the host wrapper, as Objective-C++,
+#                                                                with STUB = stub_objc: see its header)
+if(NOT CLANGXX)
+  message("METAL-SKIP: clang++ not found; the generated Metal source is not syntax-checked")
+  return()
+endif()
+if(OBJCXX)
+  execute_process(COMMAND ${CLANGXX} -std=c++20 -fsyntax-only -Wall -Wextra -Werror -x objective-c++
+                          -fobjc-runtime=macosx-10.15 -fobjc-arc -D__APPLE__ -I${INCLUDE} -I${STUB} ${OBJCXX}
+                  RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "syntax check failed: ${OBJCXX}\n${err}")
+  endif()
+  message("syntax ok (Objective-C++ against the stub Metal header): ${OBJCXX}")
+  return()
+endif()
+
+set(flags -std=c++14 -fsyntax-only -Wall -Wextra -Werror -I${STUB} -x c++)
+
+if(SOURCE)
+  execute_process(COMMAND ${CLANGXX} ${flags} ${SOURCE} RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_VARIABLE out)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "${SOURCE} passed the syntax check; the stub should have rejected it")
+  endif()
+  if(NOT err MATCHES "${EXPECT_ERROR}")
+    message(FATAL_ERROR "${SOURCE} was rejected, but not with an error matching '${EXPECT_ERROR}':\n${err}")
+  endif()
+  message("rejected as expected: ${SOURCE}")
+  return()
+endif()
+
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+execute_process(COMMAND ${EMIT} source ${OP} ${DTYPE} ${WORK_DIR} RESULT_VARIABLE rc OUTPUT_VARIABLE files
+                ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "emit_kernels source ${OP} ${DTYPE} failed (${rc}): ${err}")
+endif()
+string(STRIP "${files}" files)
+string(REPLACE "\n" ";" files "${files}")
+list(LENGTH files n)
+if(n EQUAL 0)
+  message(FATAL_ERROR "emit_kernels wrote no source for ${OP} ${DTYPE}")
+endif()
+foreach(f IN LISTS files)
+  execute_process(COMMAND ${CLANGXX} ${flags} ${f} RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "syntax check failed: ${f}\n${err}")
+  endif()
+  message("syntax ok: ${f}")
+endforeach()
