@@ -49,10 +49,10 @@
 //   gated_gather: actsparse_gated_gather_<act>_<dt>_t<T>[_r<R>](gate, gate_stride, up, up_stride, x, cols, idx,
 //                count, gate_act, h)   (phase 1 of the gated FFN, fused)
 //                j = idx ? idx[k] : k; h[k] = (gate_act ? gate_act[j] : act(Gate[j,:]·x)) · (Up[j,:]·x) for
-//                k < count; with gate_act given, no gate row is read. Each dot product takes gather_gemv's
-//                operations (lanes, order, butterfly), so h[k] == act(gather_gemv(gate)[k]) ·
-//                gather_gemv(up)[k] bit for bit (gate_act[j] in place of the first factor when given).
-//                grid: ceil(count / (T/32·R)).
+//                k < count; with gate_act given, no gate row is read (gate may be null). Each dot product
+//                takes gather_gemv's operations (lanes, order, butterfly), so h[k] == act(gather_gemv(gate)[k])
+//                · gather_gemv(up)[k] bit for bit (gate_act[j] in place of the first factor when given),
+//                which is also gated_hidden over the two gather_gemv outputs.  grid: ceil(count / (T/32·R)).
 //   gated_hidden: actsparse_gated_hidden_<act>_t<T>(g, u, n, h)
 //                h[i] = act(g[i]) · u[i] (f32).  grid: ceil(n / T).
 //   batched_gemv: actsparse_batched_gemv_<dt>_t<T>[_r<R>]_b<B>(w, row_stride, x, x_stride, ntok, rows, cols, y,
@@ -60,6 +60,8 @@
 //                y[t·y_stride + k] = W[k,:]·x[t·x_stride + :] for t < ntok, k < rows (strides in floats).
 //                Each warp holds R x B accumulators and loops over the tokens in groups of B; each
 //                value takes gemv's operations for its token: gemv's bits.  grid: ceil(rows / (T/32·R)).
+//                Registers grow with R·B: the block dtypes (q8_0, q4_0) take up to 128 at R·B = 8 and
+//                254-255 at R 4 x B 8 (no spill); R 8 x B 8 spills for them (not a tested config).
 //   cumulative_mass: actsparse_cumulative_mass_t<T>(scores, n, mass, min_keep, idx, count)
 //                The cumulative_mass selector for one row, with recent_n = 0: idx = the kept
 //                indices in increasing order, *count their number. Implements mass, min_keep, mass >= 1
