@@ -21,13 +21,14 @@ using actsparse::dtype;
 namespace {
 
 constexpr dtype all_dtypes[] = {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0};
-constexpr metal::kernel_op all_ops[] = {metal::kernel_op::gemv,         metal::kernel_op::gather_gemv,
-                                        metal::kernel_op::row_axpy,     metal::kernel_op::gate_select,
-                                        metal::kernel_op::token_gather, metal::kernel_op::token_scatter_add,
-                                        metal::kernel_op::top_k};
+constexpr metal::kernel_op all_ops[] = {
+    metal::kernel_op::gemv,        metal::kernel_op::gather_gemv,    metal::kernel_op::row_axpy,
+    metal::kernel_op::gate_select, metal::kernel_op::token_gather,   metal::kernel_op::token_scatter_add,
+    metal::kernel_op::top_k,       metal::kernel_op::row_axpy_split, metal::kernel_op::cumulative_mass};
 
 // The configs of the emulation test, in the order test_metal_emulation.cpp names them
-// (emulated_<n>): per dtype gemv, gather_gemv, row_axpy, gate_select; then the f32 ops.
+// (emulated_<n>): per dtype gemv, gather_gemv, row_axpy, gate_select; then the f32 ops;
+// then row_axpy_split per dtype and cumulative_mass with 1 and 3 simdgroups.
 std::vector<metal::kernel_config> emulation_configs() {
   std::vector<metal::kernel_config> out;
   const unsigned gemv_rows[] = {1, 2, 4, 8, 2};
@@ -42,6 +43,9 @@ std::vector<metal::kernel_config> emulation_configs() {
   out.push_back({metal::kernel_op::token_gather, dtype::f32, activation::silu, 64, 1});
   out.push_back({metal::kernel_op::token_scatter_add, dtype::f32, activation::silu, 64, 1});
   out.push_back({metal::kernel_op::top_k, dtype::f32, activation::silu, 64, 1});
+  for (const dtype t : all_dtypes) out.push_back({metal::kernel_op::row_axpy_split, t, activation::silu, 32, 1});
+  out.push_back({metal::kernel_op::cumulative_mass, dtype::f32, activation::silu, 32, 1});
+  out.push_back({metal::kernel_op::cumulative_mass, dtype::f32, activation::silu, 96, 1});
   return out;
 }
 

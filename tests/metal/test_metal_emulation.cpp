@@ -16,6 +16,7 @@
 #include <actsparse/backends/reference.hpp>
 #include <actsparse/core/activation.hpp>
 #include <actsparse/core/quantize.hpp>
+#include <actsparse/selectors/cumulative_mass.hpp>
 #include <actsparse/selectors/top_k.hpp>
 
 #include <doctest/doctest.h>
@@ -418,4 +419,200 @@ TEST_CASE("metal emulated: top_k gives the top_k selector's indices, ties to the
     REQUIRE(count == expected.indices.size());
     for (std::size_t i = 0; i < count; ++i) CHECK(idx[i] == expected.indices[i]);
   }
+}
+
+namespace {
+
+using partial_fn = void (*)(const u8*, const ulong&, const uint*, const float*, const uint&, const uint&, const uint&,
+                            float*, uint, uint);
+using reduce_fn = void (*)(const float*, const uint&, const uint&, float*, uint);
+
+struct split_kernels {
+  dtype t;
+  partial_fn partial;
+  reduce_fn reduce;
+};
+
+// The row_axpy_split configs of emit_kernels.cpp (emulated_23 .. 27), in its order.
+const split_kernels split_by_dtype[] = {
+    {dtype::f32, emulated_23::actsparse_row_axpy_partial_f32_t32, emulated_23::actsparse_reduce_partials_t32},
+    {dtype::f16, emulated_24::actsparse_row_axpy_partial_f16_t32, emulated_24::actsparse_reduce_partials_t32},
+    {dtype::bf16, emulated_25::actsparse_row_axpy_partial_bf16_t32, emulated_25::actsparse_reduce_partials_t32},
+    {dtype::q8_0, emulated_26::actsparse_row_axpy_partial_q8_0_t32, emulated_26::actsparse_reduce_partials_t32},
+    {dtype::q4_0, emulated_27::actsparse_row_axpy_partial_q4_0_t32, emulated_27::actsparse_reduce_partials_t32},
+};
+
+}  // namespace
+
+TEST_CASE("metal emulated: row_axpy_split = per-split fma chains, then their sum in split order, every dtype") {
+  for (std::size_t d = 0; d < std::size(split_by_dtype); ++d) {
+    const split_kernels& k = split_by_dtype[d];
+    REQUIRE(by_dtype[d].t == k.t);
+    CAPTURE(actsparse::name(k.t));
+    std::mt19937 rng(300 + static_cast<unsigned>(k.t));
+    const msl::kernel_config c{msl::kernel_op::row_axpy_split, k.t, activation::silu, 32, 1};
+    for (const auto [rows, cols] : random_shapes(k.t, rng)) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const matrix wt = make_matrix(k.t, rows, cols, rng);
+      std::vector<uint> kept;
+      std::bernoulli_distribution keep(0.6);
+      for (uint j = 0; j < rows; ++j)
+        if (keep(rng)) kept.push_back(j);
+      const auto n_kept = static_cast<uint>(kept.size());
+      struct run {
+        const uint* idx;
+        uint count;
+        uint rows_per_split;
+      };
+      // A ragged last split, one row per split, nullptr idx over every row (ragged), one split
+      // (row_axpy's bits), and no kept row.
+      for (const run r : {run{kept.data(), n_kept, 4}, run{kept.data(), n_kept, 1}, run{nullptr, uint(rows), 5},
+                          run{kept.data(), n_kept, 1000}, run{kept.data(), 0, 3}}) {
+        CAPTURE(r.count);
+        CAPTURE(r.rows_per_split);
+        const std::vector<float> coef = random_vector(r.count, rng);
+        const auto splits = static_cast<uint>(actsparse::cuda::split_count(r.count, r.rows_per_split));
+        std::vector<float> partial(std::size_t{splits} * cols + 1, -3.0F);
+        std::vector<float> y(cols + 1, -1.0F);
+        dispatch(msl::threadgroups(c, cols, 0) * splits, 32, [&](const emulated_thread& t) {
+          k.partial(wt.bytes.data(), wt.stride, r.idx, coef.data(), r.count, static_cast<uint>(cols), r.rows_per_split,
+                    partial.data(), t.thread_index_in_threadgroup, t.threadgroup_position_in_grid);
+        });
+        dispatch(msl::threadgroups(c, cols, 1), 32, [&](const emulated_thread& t) {
+          k.reduce(partial.data(), splits, static_cast<uint>(cols), y.data(), t.thread_position_in_grid);
+        });
+        for (std::size_t col = 0; col < cols; ++col) {
+          float expected = 0.0F;
+          for (std::size_t s = 0; s < splits; ++s) {
+            float acc = 0.0F;
+            const std::size_t end = std::min<std::size_t>(r.count, (s + 1) * r.rows_per_split);
+            for (std::size_t j = s * r.rows_per_split; j < end; ++j) {
+              const std::size_t row = r.idx != nullptr ? r.idx[j] : j;
+              acc = std::fma(coef[j], wt.values[row * cols + col], acc);
+            }
+            CHECK(partial[s * cols + col] == acc);
+            expected += acc;
+          }
+          CHECK(y[col] == expected);
+        }
+        CHECK(partial[std::size_t{splits} * cols] == -3.0F);  // nothing written past the splits
+        CHECK(y[cols] == -1.0F);
+        if (splits == 1 && r.idx != nullptr) {  // one split: row_axpy's bits, i.e. reference::transposed_linear's
+          std::vector<float> x_full(rows, 0.0F);
+          for (std::size_t i = 0; i < r.count; ++i) x_full[r.idx[i]] = coef[i];
+          std::vector<float> expected(cols);
+          std::vector<float> scratch(cols);
+          actsparse::reference::transposed_linear(wt.view, actsparse::subset::only(kept), x_full, expected, scratch);
+          for (std::size_t col = 0; col < cols; ++col) CHECK(y[col] == expected[col]);
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+using mass_fn = void (*)(const float*, const uint&, const float&, const uint&, uint*, uint*, uint, uint, uint);
+
+std::vector<uint> device_mass(mass_fn kernel, unsigned threads, const std::vector<float>& scores, float mass,
+                              unsigned min_keep) {
+  const auto n = static_cast<uint>(scores.size());
+  std::vector<uint> idx(n + 1, 0xFFFFFFFFU);
+  uint count = 12345;
+  dispatch(1, threads, [&](const emulated_thread& t) {
+    kernel(scores.data(), n, mass, min_keep, idx.data(), &count, t.thread_index_in_threadgroup,
+           t.thread_index_in_simdgroup, t.simdgroup_index_in_threadgroup);
+  });
+  REQUIRE(count <= n);
+  CHECK(idx[count] == 0xFFFFFFFFU);  // nothing written past count
+  idx.resize(count);
+  return idx;
+}
+
+void check_mass(mass_fn kernel, unsigned threads, const std::vector<float>& scores, float mass, unsigned min_keep) {
+  CAPTURE(mass);
+  CAPTURE(min_keep);
+  CAPTURE(scores.size());
+  actsparse::selection expected;
+  actsparse::cumulative_mass{.mass = static_cast<double>(mass), .recent_n = 0, .min_keep = min_keep}.select(scores,
+                                                                                                            expected);
+  const std::vector<uint> got = device_mass(kernel, threads, scores, mass, min_keep);
+  CHECK(got.size() == expected.indices.size());
+  CHECK(std::equal(got.begin(), got.end(), expected.indices.begin(), expected.indices.end()));
+}
+
+// Score rows for the cumulative_mass tests.
+struct mass_scores {
+  std::vector<float> ties, smooth, wide, flat, zeros;
+};
+
+mass_scores make_mass_scores() {
+  std::mt19937 rng(71);
+  // Multiples of 1/64 (exact sums in both the selector's double and the kernel's float pairs)
+  // with many ties, and continuous scores; odd sizes.
+  std::uniform_int_distribution<int> level(0, 64);
+  mass_scores m;
+  std::vector<float>& ties = m.ties;
+  ties.resize(301);
+  for (auto& s : ties) s = static_cast<float>(level(rng)) / 64.0F;
+  std::exponential_distribution<float> expo(1.0F);
+  std::vector<float>& smooth = m.smooth;
+  smooth.resize(401);
+  for (auto& s : smooth) s = expo(rng);
+  // Sums that need more than a float's 24 bits (multiples of 2^-20 up to 2^4): the pairs are exact.
+  std::uniform_int_distribution<int> fine(0, 1 << 24);
+  std::vector<float>& wide = m.wide;
+  wide.resize(333);
+  for (auto& s : wide) s = std::ldexp(static_cast<float>(fine(rng)), -20);
+  // Ties straddling the boundary: 40 scores of 1 and 60 of 0.5: mass 0.5 (of 70) needs 35 ones.
+  std::vector<float>& flat = m.flat;
+  flat.assign(100, 0.5F);
+  for (std::size_t i = 0; i < 100; i += 5) flat[i] = flat[i + 1] = 1.0F;
+  // Zeros (and -0) rank last.
+  std::vector<float>& zeros = m.zeros;
+  zeros.assign(71, 0.0F);
+  zeros[3] = -0.0F;
+  zeros[10] = 3.0F;
+  zeros[50] = 1.0F;
+
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("metal emulated: cumulative_mass keeps the cumulative_mass selector's set") {
+  const auto [ties, smooth, wide, flat, zeros] = make_mass_scores();
+  const mass_fn kernel = emulated_28::actsparse_cumulative_mass_t32;
+  for (const float mass : {1e-30F, 0.25F, 0.5F, 0.9F, 1.0F, 1.5F}) check_mass(kernel, 32, ties, mass, 0);
+  for (const float mass : {0.25F, 0.9F, 0.999F}) check_mass(kernel, 32, smooth, mass, 0);
+  for (const float mass : {0.3F, 0.9F}) check_mass(kernel, 32, wide, mass, 0);
+  for (const unsigned min_keep : {1U, 200U, 301U, 1000U}) check_mass(kernel, 32, ties, 0.5F, min_keep);
+  check_mass(kernel, 32, smooth, 0.25F, 299);
+  check_mass(kernel, 32, flat, 0.5F, 0);
+  check_mass(kernel, 32, flat, 0.7F, 0);
+  check_mass(kernel, 32, flat, 0.7F, 77);
+  check_mass(kernel, 32, std::vector<float>(33, 2.0F), 0.3F, 0);
+  check_mass(kernel, 32, zeros, 0.8F, 0);
+  check_mass(kernel, 32, zeros, 0.8F, 4);
+  check_mass(kernel, 32, {0.25F}, 0.5F, 0);  // a single score
+  // The selector's dense fallbacks keep everything: all zero, negative, NaN, inf.
+  check_mass(kernel, 32, std::vector<float>(41, 0.0F), 0.5F, 0);
+  for (const float bad : {-1.0F, std::nanf(""), -std::nanf(""), INFINITY}) {
+    CAPTURE(bad);
+    std::vector<float> s = ties;
+    s[123] = bad;
+    check_mass(kernel, 32, s, 0.5F, 0);
+  }
+  CHECK(device_mass(kernel, 32, {}, 0.5F, 3).empty());  // n = 0
+}
+
+TEST_CASE("metal emulated: cumulative_mass with three simdgroups") {
+  const auto [ties, smooth, wide, flat, zeros] = make_mass_scores();
+  // Three simdgroups (not a power of two) on a few cases: emulated passes are slow.
+  const mass_fn kernel96 = emulated_29::actsparse_cumulative_mass_t96;
+  check_mass(kernel96, 96, ties, 0.5F, 0);
+  check_mass(kernel96, 96, smooth, 0.9F, 0);
+  check_mass(kernel96, 96, flat, 0.7F, 77);
+  check_mass(kernel96, 96, zeros, 0.8F, 4);
 }

@@ -16,9 +16,10 @@ namespace {
 
 constexpr dtype all_dtypes[] = {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0};
 constexpr metal::kernel_op weight_ops[] = {metal::kernel_op::gemv, metal::kernel_op::gather_gemv,
-                                           metal::kernel_op::row_axpy, metal::kernel_op::gate_select};
+                                           metal::kernel_op::row_axpy, metal::kernel_op::gate_select,
+                                           metal::kernel_op::row_axpy_split};
 constexpr metal::kernel_op f32_ops[] = {metal::kernel_op::token_gather, metal::kernel_op::token_scatter_add,
-                                        metal::kernel_op::top_k};
+                                        metal::kernel_op::top_k, metal::kernel_op::cumulative_mass};
 
 std::vector<metal::kernel_config> every_config() {
   std::vector<metal::kernel_config> out;
@@ -27,7 +28,7 @@ std::vector<metal::kernel_config> every_config() {
       for (const auto a : {activation::silu, activation::gelu, activation::relu}) {
         for (const unsigned threads : {32U, 128U, 1024U}) {
           for (const unsigned r : {1U, 2U, 4U, 8U}) {
-            if (op == metal::kernel_op::row_axpy && r > 1) continue;
+            if ((op == metal::kernel_op::row_axpy || op == metal::kernel_op::row_axpy_split) && r > 1) continue;
             out.push_back({op, t, a, threads, r});
           }
         }
@@ -74,11 +75,15 @@ TEST_CASE("metal: kernel names are the CUDA generator's") {
   CHECK(metal::kernel_names({metal::kernel_op::gate_select, dtype::f16, activation::gelu, 256, 4}) ==
         std::vector<std::string>{"actsparse_gate_gelu_f16_t256_r4", "actsparse_compact_t256"});
   CHECK(metal::kernel_names({metal::kernel_op::top_k, dtype::f32}) == std::vector<std::string>{"actsparse_top_k_t256"});
+  CHECK(metal::kernel_names({metal::kernel_op::row_axpy_split, dtype::q4_0, activation::silu, 128, 1}) ==
+        std::vector<std::string>{"actsparse_row_axpy_partial_q4_0_t128", "actsparse_reduce_partials_t128"});
+  CHECK(metal::kernel_names({metal::kernel_op::cumulative_mass, dtype::f32, activation::silu, 64, 1}) ==
+        std::vector<std::string>{"actsparse_cumulative_mass_t64"});
 }
 
 TEST_CASE("metal: generation is deterministic and every kernel is a Metal kernel with address spaces") {
   const std::vector<metal::kernel_config> configs = every_config();
-  CHECK(configs.size() == 4 * 5 * 3 * 3 * 4 - 5 * 3 * 3 * 3 + 3 * 3);
+  CHECK(configs.size() == 5 * 5 * 3 * 3 * 4 - 2 * 5 * 3 * 3 * 3 + 4 * 3);
   for (const auto& c : configs) {
     CAPTURE(actsparse::cuda::name(c.op));
     CAPTURE(actsparse::name(c.weight));
@@ -89,8 +94,7 @@ TEST_CASE("metal: generation is deterministic and every kernel is a Metal kernel
     CHECK(s.find('$') == std::string::npos);  // every placeholder was filled
     CHECK(s.find("#include <metal_stdlib>\n") != std::string::npos);
     for (const auto& n : metal::kernel_names(c)) CHECK(s.find("kernel void " + n + "(\n") != std::string::npos);
-    if (c.op != metal::kernel_op::token_gather && c.op != metal::kernel_op::token_scatter_add &&
-        c.op != metal::kernel_op::top_k) {
+    if (!actsparse::cuda::detail::is_f32_op(c.op)) {
       CHECK(s.find("actsparse_decode_" + std::string(actsparse::name(c.weight)) +
                    "(device const unsigned char* row, unsigned int e, thread float* w)") != std::string::npos);
     }
@@ -99,6 +103,7 @@ TEST_CASE("metal: generation is deterministic and every kernel is a Metal kernel
     CHECK(s.find("atomic") == std::string::npos);
     CHECK(s.find("__") == std::string::npos);
     CHECK(s.find("bfloat") == std::string::npos);
+    CHECK(s.find("double") == std::string::npos);  // MSL has no double
   }
   CHECK(metal::generate_metal({metal::kernel_op::gemv, dtype::f32}) !=
         metal::generate_metal({metal::kernel_op::gemv, dtype::f32, activation::silu, 128}));
@@ -122,8 +127,14 @@ TEST_CASE("metal: launch shapes are the CUDA generator's (a block is a threadgro
   CHECK(metal::threadgroups({metal::kernel_op::row_axpy, dtype::f32, activation::silu, 128, 1}, 4096) == 32);
   CHECK(metal::threadgroups({metal::kernel_op::token_gather, dtype::f32}, 7) == 7);
   CHECK(metal::threadgroups({metal::kernel_op::top_k, dtype::f32}, 11008) == 1);
+  CHECK(metal::threadgroups({metal::kernel_op::cumulative_mass, dtype::f32}, 11008) == 1);
+  const metal::kernel_config split{metal::kernel_op::row_axpy_split, dtype::q8_0, activation::silu, 32, 1};
+  CHECK(metal::threadgroups(split, 4096 + 32, 0) == 5);    // storage elements (32-value blocks) per thread
+  CHECK(metal::threadgroups(split, 4096 + 32, 1) == 129);  // one column per thread
+  CHECK_THROWS_AS((void)metal::threadgroups(split, 64, 2), actsparse::error);
   for (const auto& c : every_config()) {
-    CHECK(metal::threadgroups(c, 1000) == actsparse::cuda::grid_blocks(c, 1000));
+    for (std::size_t k = 0; k < metal::kernel_names(c).size(); ++k)
+      CHECK(metal::threadgroups(c, 1000, k) == actsparse::cuda::grid_blocks(c, 1000, k));
     if (c.op != metal::kernel_op::row_axpy) CHECK(metal::rows_per_threadgroup(c) == actsparse::cuda::rows_per_block(c));
   }
 }
@@ -150,11 +161,17 @@ TEST_CASE("metal: invalid configs and ops without a Metal kernel are rejected wi
   c = {metal::kernel_op::gate_select, dtype::f32, static_cast<activation>(9)};
   CHECK(message_of(c).find("silu, gelu or relu") != std::string::npos);
   c = {metal::kernel_op::top_k, dtype::bf16};
-  CHECK(message_of(c).find("f32 for the token ops and top_k") != std::string::npos);
+  CHECK(message_of(c).find("f32 for the token ops, top_k and cumulative_mass") != std::string::npos);
   c = {metal::kernel_op::token_scatter_add, dtype::f32, activation::silu, 256, 2};
   CHECK(message_of(c).find("one threadgroup per token") != std::string::npos);
-  // An op past the ones Metal implements (the CUDA generator may gain more): a clear refusal.
-  for (const int op : {7, 8, 9, 200}) {
+  c = {metal::kernel_op::row_axpy_split, dtype::f16, activation::silu, 256, 4};
+  CHECK(message_of(c).find("1 for row_axpy and row_axpy_split") != std::string::npos);
+  c = {metal::kernel_op::cumulative_mass, dtype::f16};
+  CHECK(message_of(c).find("f32 for the token ops, top_k and cumulative_mass") != std::string::npos);
+  c = {metal::kernel_op::cumulative_mass, dtype::f32, activation::silu, 256, 2};
+  CHECK(message_of(c).find("one threadgroup") != std::string::npos);
+  // The CUDA ops without a Metal kernel, and an op no generator knows: a clear refusal.
+  for (const int op : {8, 9, 10, 11, 200}) {
     c = {static_cast<metal::kernel_op>(op), dtype::f32};
     CAPTURE(op);
     const std::string m = message_of(c);

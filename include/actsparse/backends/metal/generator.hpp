@@ -5,8 +5,15 @@
 // arguments in the same order (argument i is [[buffer(i)]]; scalars are `constant T&`, set
 // with setBytes), the same launch shapes (a CUDA block is a threadgroup, a warp a simdgroup)
 // and the same order of every floating-point operation, so a Metal kernel and its CUDA twin
-// compute the same bits wherever the hardware rounds the same. The same config always gives
-// the same text.
+// compute the same bits wherever the hardware rounds the same. One exception: MSL has no
+// double, so cumulative_mass sums in float pairs (hi + lo, exact two-sums) where CUDA sums in
+// double, in the same order; the kept set is the same whenever both sums are exact (see the
+// kernel). The same config always gives the same text.
+//
+// Ops: gemv, gather_gemv, row_axpy, gate_select, token_gather, token_scatter_add, top_k,
+// row_axpy_split (partial + reduce_partials; the partial kernel's CUDA grid (x, splits) is
+// dispatched flattened, threadgroups(c, cols, 0) · splits, see threadgroups) and
+// cumulative_mass.
 //
 // The element decoders, the activations and the order key are device_math.hpp's macros, the
 // same text the CUDA kernels use. Its primitives are defined here for MSL, and its pointers
@@ -25,7 +32,12 @@
 //   and would change the bits. exp and tanh are metal::precise's, which are not bit-exact
 //   with the host libm; every other operation is a single IEEE rounding as on the CPU.
 // - The kernels of one op run in order on one serial compute encoder (the default), so the
-//   compaction kernel sees all of the gate kernel's block counts.
+//   compaction kernel sees all of the gate kernel's block counts and the reduction all of
+//   the partial sums.
+// - cumulative_mass needs IEEE float addition without flush-to-zero of subnormal results for
+//   its two-sums to be exact near 0 (not verified on Apple GPUs); row_axpy_split reads a nil
+//   idx buffer as a null pointer (idx[k] = k, as CUDA's nullptr; not verified either: bind
+//   an index list to be safe).
 //
 // Only the ops implemented below are accepted; a kernel_op added to the CUDA generator later
 // is rejected here with an error that names it, until it has a Metal kernel.
@@ -57,7 +69,7 @@ inline constexpr std::string_view generator_where = "metal::generate_metal";
 [[nodiscard]] constexpr bool implemented(kernel_op op) noexcept {
   return op == kernel_op::gemv || op == kernel_op::gather_gemv || op == kernel_op::row_axpy ||
          op == kernel_op::gate_select || op == kernel_op::token_gather || op == kernel_op::token_scatter_add ||
-         op == kernel_op::top_k;
+         op == kernel_op::top_k || op == kernel_op::row_axpy_split || op == kernel_op::cumulative_mass;
 }
 
 inline void validate(const kernel_config& c) {
@@ -67,7 +79,7 @@ inline void validate(const kernel_config& c) {
     const std::string_view n = cuda::name(c.op);
     actsparse::detail::fail(w, "op", n == "?" ? std::to_string(static_cast<int>(c.op)) : std::string(n),
                             "an op with a Metal kernel: gemv, gather_gemv, row_axpy, gate_select, token_gather, "
-                            "token_scatter_add or top_k");
+                            "token_scatter_add, top_k, row_axpy_split or cumulative_mass");
   }
   actsparse::detail::require(cuda::detail::known(c.weight), w, "weight", static_cast<int>(c.weight),
                              "f32, f16, bf16, q8_0 or q4_0");
@@ -77,12 +89,15 @@ inline void validate(const kernel_config& c) {
       "threads_per_block", c.threads_per_block, "a multiple of 32 (the simdgroup width) in [32, 1024]");
   if (cuda::detail::is_f32_op(c.op)) {
     actsparse::detail::require(c.weight == dtype::f32, w, "weight", name(c.weight),
-                               "f32 for the token ops and top_k (they read f32 activations or scores)");
+                               "f32 for the token ops, top_k and cumulative_mass (they read f32 activations or "
+                               "scores)");
     actsparse::detail::require(c.rows_per_warp == 1, w, "rows_per_warp", c.rows_per_warp,
-                               "1 for the token ops (one threadgroup per token) and top_k (one threadgroup)");
-  } else if (c.op == kernel_op::row_axpy) {
+                               "1 for the token ops (one threadgroup per token), top_k and cumulative_mass (one "
+                               "threadgroup)");
+  } else if (c.op == kernel_op::row_axpy || c.op == kernel_op::row_axpy_split) {
     actsparse::detail::require(c.rows_per_warp == 1, w, "rows_per_warp", c.rows_per_warp,
-                               "1 for row_axpy (each thread owns columns and loops over the kept rows)");
+                               "1 for row_axpy and row_axpy_split (each thread owns columns and loops over the kept "
+                               "rows)");
   } else {
     const unsigned r = c.rows_per_warp;
     actsparse::detail::require(r == 1 || r == 2 || r == 4 || r == 8, w, "rows_per_warp", r, "1, 2, 4 or 8");
@@ -375,6 +390,219 @@ kernel void $NAME(
 }
 )";
 
+// row_axpy over the kept rows [s·rows_per_split, min(count, (s+1)·rows_per_split)) of split s,
+// into its own row of partial: row_axpy's fma chain within a split. The wrapper dispatches
+// 1-D grids, so CUDA's grid (x, splits) is flattened: threadgroup g is split g / x, column
+// group g % x, with x = threadgroups(c, cols, 0) (computed here from cols). idx == nullptr
+// means idx[k] = k, as in CUDA.
+inline constexpr std::string_view axpy_partial_kernel = R"(kernel void $NAME(
+    device const unsigned char* wt [[buffer(0)]], constant ulong& row_stride [[buffer(1)]],
+    device const uint* idx [[buffer(2)]], device const float* coef [[buffer(3)]], constant uint& count [[buffer(4)]],
+    constant uint& cols [[buffer(5)]], constant uint& rows_per_split [[buffer(6)]], device float* partial [[buffer(7)]],
+    uint tid [[thread_index_in_threadgroup]], uint group [[threadgroup_position_in_grid]]) {
+  const uint groups_per_split = (cols / $BVu + $Tu - 1u) / $Tu;
+  if (groups_per_split == 0u) return;
+  const uint split = group / groups_per_split;
+  const uint e = (group - split * groups_per_split) * $Tu + tid;
+  if (e >= cols / $BVu) return;
+  const uint begin = split * rows_per_split;
+  const uint end = begin >= count ? begin : (count - begin < rows_per_split ? count : begin + rows_per_split);
+  float acc[$BV];
+  for (int i = 0; i < $BV; ++i) acc[i] = 0.0f;
+  for (uint k = begin; k < end; ++k) {
+    const float c = coef[k];
+    float wv[$BV];
+    actsparse_decode_$DT(wt + (ulong)(idx != nullptr ? idx[k] : k) * row_stride, e, wv);
+    for (int i = 0; i < $BV; ++i) acc[i] = metal::fma(c, wv[i], acc[i]);
+  }
+  device float* out = partial + (ulong)split * cols;
+  for (int i = 0; i < $BV; ++i) out[e * $BVu + (uint)i] = acc[i];
+}
+)";
+
+// y[c] = ((0 + partial[0][c]) + partial[1][c]) + ..., in split order.
+inline constexpr std::string_view reduce_partials_kernel = R"(kernel void $NAME(
+    device const float* partial [[buffer(0)]], constant uint& splits [[buffer(1)]], constant uint& cols [[buffer(2)]],
+    device float* y [[buffer(3)]], uint c [[thread_position_in_grid]]) {
+  if (c >= cols) return;
+  float acc = 0.0f;
+  for (uint s = 0u; s < splits; ++s) acc += partial[(ulong)s * cols + c];
+  y[c] = acc;
+}
+)";
+
+// The CUDA kernel sums in double; MSL has no double, so the sums here are float pairs
+// (hi + lo, hi = the float nearest the pair's value), added with exact two-sums (Knuth's
+// TwoSum: s + err == a + b exactly, for either order of a and b, so a butterfly step gives
+// the same pair in both lanes). One pair addition has a relative error of a few 2^-48; it is
+// exact when all values are multiples of 2^-m and the sums stay below 2^(46-m). The order
+// is CUDA's: each thread adds its scores in index order, the lanes meet in a xor butterfly,
+// the simdgroups in order. Pairs compare lexicographically (both have hi = RN(hi + lo)).
+//
+// One loop of counting passes (a single call site, so the threadgroup arrays stay at kernel
+// scope as MSL requires): pass 0 the total; passes 1 .. 31 the boundary key bits 30 .. 0;
+// pass 32 and 33 the scores above the boundary and with its ties; then the bisection over
+// the index of the ties. The kept set is {key > ke} ∪ {key == ke, index < je}.
+//
+// target = mass·total: mass·hi exactly as p + e (an fma), plus the rounded mass·lo. So the
+// kept set is cumulative_mass{(double)mass, 0, min_keep}'s (and the CUDA kernel's) whenever
+// the sums are exact in both and total is a float (target is then exact on both sides: e.g.
+// scores that are multiples of 2^-m with total below 2^(24-m)); otherwise they can differ only
+// where a top set's sum lies within about n·2^-46·total of mass·total. The scores' total must
+// be below FLT_MAX (it would overflow the pair), and mass·total must not underflow a float
+// (where it does and the host's double does not, the kernel keeps only the min(min_keep, n)
+// top scores, the host at least one).
+inline constexpr std::string_view cumulative_mass_kernel = R"(struct actsparse_pair {
+  float hi;
+  float lo;
+};
+ACTSPARSE_CUDA_FN actsparse_pair actsparse_two_sum(float a, float b) {
+  const float s = a + b;
+  const float bb = s - a;
+  actsparse_pair r;
+  r.hi = s;
+  r.lo = (a - (s - bb)) + (b - bb);
+  return r;
+}
+ACTSPARSE_CUDA_FN actsparse_pair actsparse_pair_add(actsparse_pair a, actsparse_pair b) {
+  const actsparse_pair s = actsparse_two_sum(a.hi, b.hi);
+  const actsparse_pair t = actsparse_two_sum(a.lo, b.lo);
+  const actsparse_pair u = actsparse_two_sum(s.hi, s.lo + t.hi);
+  return actsparse_two_sum(u.hi, u.lo + t.lo);
+}
+ACTSPARSE_CUDA_FN bool actsparse_pair_ge(actsparse_pair a, actsparse_pair b) {
+  return a.hi > b.hi || (a.hi == b.hi && a.lo >= b.lo);
+}
+kernel void $NAME(
+    device const float* scores [[buffer(0)]], constant uint& n [[buffer(1)]], constant float& mass [[buffer(2)]],
+    constant uint& min_keep [[buffer(3)]], device uint* idx [[buffer(4)]], device uint* count [[buffer(5)]],
+    uint tid [[thread_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+    uint sg [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float sg_hi[$SGS];
+  threadgroup float sg_lo[$SGS];
+  threadgroup uint sg_count[$SGS];
+  // The selector's dense fallbacks: a NaN / inf or a negative score (-0 is not), or all zero.
+  uint bad = 0u;
+  for (uint i = tid; i < n; i += $Tu) {
+    const uint u = actsparse_float_to_bits(scores[i]);
+    bad += ((u & 0x7F800000u) == 0x7F800000u || u > 0x80000000u) ? 1u : 0u;
+  }
+  bad = actsparse_simd_sum_u32(bad);
+  if (lane == 0u) sg_count[sg] = bad;
+  metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  bad = 0u;
+  for (uint s = 0u; s < $SGSu; ++s) bad += sg_count[s];
+  metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+  const uint keep = min_keep < n ? min_keep : n;
+  actsparse_pair target;
+  target.hi = 0.0f;
+  target.lo = 0.0f;
+  uint ke = 0x80000000u;  // keep {key > ke} or {key == ke, index < je}; every key is >= 1: ke = 0 keeps everything
+  uint je = n;
+  uint lo = 0u;     // the bisection: the ties below index lo are not enough, those below je are
+  uint above = 0u;  // the scores with key > ke
+  for (uint pass = 0u;; ++pass) {
+    uint qk = ke;  // this pass sums {key > qk} or {key == qk, index < qj}
+    uint qj = n;
+    if (pass == 0u) {
+      qk = 0x80000000u;  // every score >= 0
+    } else if (pass <= 31u) {
+      qk = ke | (1u << (31u - pass));
+    } else if (pass == 32u) {
+      qj = 0u;
+    } else if (pass > 33u) {
+      if (je - lo <= 1u) break;
+      qj = lo + (je - lo) / 2u;
+    }
+    actsparse_pair m;
+    m.hi = 0.0f;
+    m.lo = 0.0f;
+    uint c = 0u;
+    for (uint i = tid; i < n; i += $Tu) {
+      const float s = scores[i];
+      const uint key = actsparse_order_key(s);
+      if (key > qk || (key == qk && i < qj)) {
+        actsparse_pair v;
+        v.hi = s;
+        v.lo = 0.0f;
+        m = actsparse_pair_add(m, v);
+        ++c;
+      }
+    }
+    for (ushort offset = 16; offset > 0; offset /= 2) {
+      actsparse_pair o;
+      o.hi = metal::simd_shuffle_xor(m.hi, offset);
+      o.lo = metal::simd_shuffle_xor(m.lo, offset);
+      m = actsparse_pair_add(m, o);
+    }
+    c = actsparse_simd_sum_u32(c);
+    if (lane == 0u) {
+      sg_hi[sg] = m.hi;
+      sg_lo[sg] = m.lo;
+      sg_count[sg] = c;
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    m.hi = 0.0f;
+    m.lo = 0.0f;
+    c = 0u;
+    for (uint s = 0u; s < $SGSu; ++s) {
+      actsparse_pair v;
+      v.hi = sg_hi[s];
+      v.lo = sg_lo[s];
+      m = actsparse_pair_add(m, v);
+      c += sg_count[s];
+    }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    // Whether the set of this pass is enough: it reaches target and holds min(min_keep, n).
+    const bool enough = c >= keep && actsparse_pair_ge(m, target);
+    if (pass == 0u) {
+      if (bad != 0u || m.hi == 0.0f || mass >= 1.0f) {
+        ke = 0u;  // everything
+        je = n;
+        break;
+      }
+      // target = mass * total: mass * hi exactly as p + e (an fma), plus mass * lo.
+      const float p = mass * m.hi;
+      const float e = metal::fma(mass, m.hi, -p);
+      target = actsparse_two_sum(p, e + mass * m.lo);
+      if (keep == 0u && target.hi <= 0.0f) {
+        ke = 0xFFFFFFFFu;  // nothing: mass * total is not above 0 and min_keep is 0
+        je = 0u;
+        break;
+      }
+    } else if (pass <= 31u) {
+      if (enough) ke = qk;  // the largest boundary key whose {key >= ke} is enough, bit by bit
+    } else if (pass == 32u) {
+      above = c;
+    } else if (pass == 33u) {
+      if (c - above <= 1u) break;  // at most one tie at ke: keep it (je = n)
+    } else if (enough) {
+      je = qj;
+    } else {
+      lo = qj;
+    }
+  }
+  const uint lanes_before = (1u << lane) - 1u;
+  uint base = 0u;
+  for (uint chunk = 0u; chunk < n; chunk += $Tu) {
+    const uint i = chunk + tid;
+    const uint key = i < n ? actsparse_order_key(scores[i]) : 0u;
+    const bool kept = i < n && (key > ke || (key == ke && i < je));
+    const uint ballot = actsparse_ballot(kept);
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    if (lane == 0u) sg_count[sg] = metal::popcount(ballot);
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
+    uint at = base + metal::popcount(ballot & lanes_before);
+    for (uint s = 0u; s < $SGSu; ++s) {
+      if (s < sg) at += sg_count[s];
+      base += sg_count[s];
+    }
+    if (kept) idx[at] = i;
+  }
+  if (tid == 0u) *count = base;
+}
+)";
+
 }  // namespace detail
 
 // The names of the kernels generate_metal(c) defines, in dispatch order (the CUDA
@@ -391,11 +619,15 @@ kernel void $NAME(
   return c.threads_per_block / simd_width * c.rows_per_warp;
 }
 
-// Threadgroups to dispatch (each of threads_per_block threads) for n = rows (gemv,
-// gate_select), count (gather_gemv, the token ops) or cols (row_axpy); 1 for top_k.
-[[nodiscard]] inline std::size_t threadgroups(const kernel_config& c, std::size_t n) {
+// Threadgroups to dispatch kernel_names(c)[kernel] (each of threads_per_block threads) for
+// n = rows (gemv, gate_select), count (gather_gemv, the token ops) or cols (row_axpy, both
+// kernels of row_axpy_split); 1 for top_k and cumulative_mass. row_axpy_split's partial
+// kernel (kernel 0) is dispatched on threadgroups(c, cols, 0) · splits threadgroups (CUDA's
+// grid x times grid y, flattened: the wrapper dispatches 1-D grids), splits =
+// cuda::split_count(count, rows_per_split); when splits is 0 only the reduction runs.
+[[nodiscard]] inline std::size_t threadgroups(const kernel_config& c, std::size_t n, std::size_t kernel = 0) {
   detail::validate(c);
-  return cuda::grid_blocks(c, n);
+  return cuda::grid_blocks(c, n, kernel);
 }
 
 [[nodiscard]] inline std::string generate_metal(const kernel_config& c) {
@@ -418,7 +650,8 @@ kernel void $NAME(
   s.append(" rows_per_simdgroup=").append(std::to_string(c.rows_per_warp)).append("\n");
   s.append(detail::prelude);
   if (!cuda::detail::is_f32_op(c.op)) s.append(detail::decoder_source(c.weight)).append("\n");
-  if (c.op == kernel_op::top_k) s.append(ACTSPARSE_CUDA_STRINGIFY(ACTSPARSE_CUDA_ORDER_KEY)).append("\n");
+  if (c.op == kernel_op::top_k || c.op == kernel_op::cumulative_mass)
+    s.append(ACTSPARSE_CUDA_STRINGIFY(ACTSPARSE_CUDA_ORDER_KEY)).append("\n");
   if (c.op == kernel_op::gate_select) s.append(ACTSPARSE_CUDA_STRINGIFY(ACTSPARSE_CUDA_ACTIVATIONS)).append("\n");
 
   auto simd_rows = [&](std::string_view limit, std::string_view row) {
@@ -453,6 +686,14 @@ kernel void $NAME(
       break;
     case kernel_op::top_k:
       s += cuda::detail::fill(detail::top_k_kernel, keys);
+      break;
+    case kernel_op::row_axpy_split:
+      s += cuda::detail::fill(detail::axpy_partial_kernel, keys);
+      keys[0].second = names[1];  // NAME
+      s += cuda::detail::fill(detail::reduce_partials_kernel, keys);
+      break;
+    case kernel_op::cumulative_mass:
+      s += cuda::detail::fill(detail::cumulative_mass_kernel, keys);
       break;
     default:  // not reached: validate() rejects the ops without a Metal kernel
       break;
