@@ -3,6 +3,7 @@
 // block partitions, shuffles, ballots and the order of the compacted lists. The kernels are
 // generated at build time (cuda_emulation/emit_kernels.cpp). Not a GPU run: memory model,
 // timing and the hardware's f16 conversion are not exercised.
+#include "mass_selection_cases.hpp"
 #include "simt_emulation.hpp"
 
 #include <actsparse/backends/cuda/generator.hpp>
@@ -547,63 +548,14 @@ std::vector<unsigned int> device_mass(mass_fn kernel, unsigned threads, const st
   return idx;
 }
 
-void check_mass(mass_fn kernel, unsigned threads, const std::vector<float>& scores, float mass, unsigned min_keep) {
-  CAPTURE(mass);
-  CAPTURE(min_keep);
-  actsparse::selection expected;
-  actsparse::cumulative_mass{.mass = static_cast<double>(mass), .recent_n = 0, .min_keep = min_keep}.select(scores,
-                                                                                                            expected);
-  const std::vector<unsigned int> got = device_mass(kernel, threads, scores, mass, min_keep);
-  CHECK(got.size() == expected.indices.size());
-  CHECK(std::equal(got.begin(), got.end(), expected.indices.begin(), expected.indices.end()));
-}
-
 }  // namespace
 
 TEST_CASE("cuda emulated: cumulative_mass keeps the cumulative_mass selector's set") {
-  std::mt19937 rng(70);
-  // Multiples of 1/64 (exact double sums) with many ties, and continuous scores.
-  std::uniform_int_distribution<int> level(0, 64);
-  std::vector<float> ties(300);
-  for (auto& s : ties) s = static_cast<float>(level(rng)) / 64.0F;
-  std::exponential_distribution<float> expo(1.0F);
-  std::vector<float> smooth(401);
-  for (auto& s : smooth) s = expo(rng);
-  // Ties straddling the boundary: 40 scores of 1 and 60 of 0.5: mass 0.5 (of 70) needs 35 ones.
-  std::vector<float> flat(100, 0.5F);
-  for (std::size_t i = 0; i < 100; i += 5) flat[i] = flat[i + 1] = 1.0F;
-  // Zeros (and -0) rank last.
-  std::vector<float> zeros(70, 0.0F);
-  zeros[3] = -0.0F;
-  zeros[10] = 3.0F;
-  zeros[50] = 1.0F;
-
-  const mass_fn kernel = emulated_40::actsparse_cumulative_mass_t64;
-  for (const float mass : {1e-30F, 0.25F, 0.5F, 0.9F, 0.999F, 1.0F, 1.5F}) check_mass(kernel, 64, ties, mass, 0);
-  for (const float mass : {0.25F, 0.75F, 0.9F, 0.999F}) check_mass(kernel, 64, smooth, mass, 0);
-  for (const unsigned min_keep : {1U, 200U, 300U, 1000U}) check_mass(kernel, 64, ties, 0.5F, min_keep);
-  for (const unsigned min_keep : {5U, 299U}) check_mass(kernel, 64, smooth, 0.25F, min_keep);
-  check_mass(kernel, 64, flat, 0.5F, 0);
-  check_mass(kernel, 64, flat, 0.7F, 0);
-  check_mass(kernel, 64, flat, 0.7F, 77);
-  check_mass(kernel, 64, std::vector<float>(33, 2.0F), 0.3F, 0);
-  check_mass(kernel, 64, zeros, 0.8F, 0);
-  check_mass(kernel, 64, zeros, 0.8F, 4);
-  check_mass(kernel, 64, {0.25F}, 0.5F, 0);  // a single score
-  // The selector's dense fallbacks keep everything: all zero, negative, NaN, inf.
-  check_mass(kernel, 64, std::vector<float>(40, 0.0F), 0.5F, 0);
-  for (const float bad : {-1.0F, std::nanf(""), -std::nanf(""), INFINITY}) {
-    CAPTURE(bad);
-    std::vector<float> s = ties;
-    s[123] = bad;
-    check_mass(kernel, 64, s, 0.5F, 0);
-  }
-  CHECK(device_mass(kernel, 64, {}, 0.5F, 3).empty());  // n = 0
-
+  actsparse_test::run_mass_cases([](const std::vector<float>& scores, float mass, unsigned min_keep) {
+    return device_mass(emulated_40::actsparse_cumulative_mass_t64, 64, scores, mass, min_keep);
+  });
   // Three warps (not a power of two) on a few cases: emulated passes are slow.
-  const mass_fn kernel96 = emulated_41::actsparse_cumulative_mass_t96;
-  check_mass(kernel96, 96, ties, 0.5F, 0);
-  check_mass(kernel96, 96, smooth, 0.9F, 0);
-  check_mass(kernel96, 96, flat, 0.7F, 77);
-  check_mass(kernel96, 96, zeros, 0.8F, 4);
+  actsparse_test::run_mass_cases_few([](const std::vector<float>& scores, float mass, unsigned min_keep) {
+    return device_mass(emulated_41::actsparse_cumulative_mass_t96, 96, scores, mass, min_keep);
+  });
 }

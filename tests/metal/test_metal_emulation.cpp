@@ -10,6 +10,7 @@
 //   lane, the sum of the two orders' standard error bounds.
 // The kernels are generated at build time (emit_kernels.cpp). Not a GPU run: the memory
 // model, the GPU's exp / tanh and the hardware's scheduling are not exercised.
+#include "mass_selection_cases.hpp"
 #include "metal_emulation.hpp"
 
 #include <actsparse/backends/metal/generator.hpp>
@@ -530,89 +531,17 @@ std::vector<uint> device_mass(mass_fn kernel, unsigned threads, const std::vecto
   return idx;
 }
 
-void check_mass(mass_fn kernel, unsigned threads, const std::vector<float>& scores, float mass, unsigned min_keep) {
-  CAPTURE(mass);
-  CAPTURE(min_keep);
-  CAPTURE(scores.size());
-  actsparse::selection expected;
-  actsparse::cumulative_mass{.mass = static_cast<double>(mass), .recent_n = 0, .min_keep = min_keep}.select(scores,
-                                                                                                            expected);
-  const std::vector<uint> got = device_mass(kernel, threads, scores, mass, min_keep);
-  CHECK(got.size() == expected.indices.size());
-  CHECK(std::equal(got.begin(), got.end(), expected.indices.begin(), expected.indices.end()));
-}
-
-// Score rows for the cumulative_mass tests.
-struct mass_scores {
-  std::vector<float> ties, smooth, wide, flat, zeros;
-};
-
-mass_scores make_mass_scores() {
-  std::mt19937 rng(71);
-  // Multiples of 1/64 (exact sums in both the selector's double and the kernel's float pairs)
-  // with many ties, and continuous scores; odd sizes.
-  std::uniform_int_distribution<int> level(0, 64);
-  mass_scores m;
-  std::vector<float>& ties = m.ties;
-  ties.resize(301);
-  for (auto& s : ties) s = static_cast<float>(level(rng)) / 64.0F;
-  std::exponential_distribution<float> expo(1.0F);
-  std::vector<float>& smooth = m.smooth;
-  smooth.resize(401);
-  for (auto& s : smooth) s = expo(rng);
-  // Sums that need more than a float's 24 bits (multiples of 2^-20 up to 2^4): the pairs are exact.
-  std::uniform_int_distribution<int> fine(0, 1 << 24);
-  std::vector<float>& wide = m.wide;
-  wide.resize(333);
-  for (auto& s : wide) s = std::ldexp(static_cast<float>(fine(rng)), -20);
-  // Ties straddling the boundary: 40 scores of 1 and 60 of 0.5: mass 0.5 (of 70) needs 35 ones.
-  std::vector<float>& flat = m.flat;
-  flat.assign(100, 0.5F);
-  for (std::size_t i = 0; i < 100; i += 5) flat[i] = flat[i + 1] = 1.0F;
-  // Zeros (and -0) rank last.
-  std::vector<float>& zeros = m.zeros;
-  zeros.assign(71, 0.0F);
-  zeros[3] = -0.0F;
-  zeros[10] = 3.0F;
-  zeros[50] = 1.0F;
-
-  return m;
-}
-
 }  // namespace
 
 TEST_CASE("metal emulated: cumulative_mass keeps the cumulative_mass selector's set") {
-  const auto [ties, smooth, wide, flat, zeros] = make_mass_scores();
-  const mass_fn kernel = emulated_28::actsparse_cumulative_mass_t32;
-  for (const float mass : {1e-30F, 0.25F, 0.5F, 0.9F, 1.0F, 1.5F}) check_mass(kernel, 32, ties, mass, 0);
-  for (const float mass : {0.25F, 0.9F, 0.999F}) check_mass(kernel, 32, smooth, mass, 0);
-  for (const float mass : {0.3F, 0.9F}) check_mass(kernel, 32, wide, mass, 0);
-  for (const unsigned min_keep : {1U, 200U, 301U, 1000U}) check_mass(kernel, 32, ties, 0.5F, min_keep);
-  check_mass(kernel, 32, smooth, 0.25F, 299);
-  check_mass(kernel, 32, flat, 0.5F, 0);
-  check_mass(kernel, 32, flat, 0.7F, 0);
-  check_mass(kernel, 32, flat, 0.7F, 77);
-  check_mass(kernel, 32, std::vector<float>(33, 2.0F), 0.3F, 0);
-  check_mass(kernel, 32, zeros, 0.8F, 0);
-  check_mass(kernel, 32, zeros, 0.8F, 4);
-  check_mass(kernel, 32, {0.25F}, 0.5F, 0);  // a single score
-  // The selector's dense fallbacks keep everything: all zero, negative, NaN, inf.
-  check_mass(kernel, 32, std::vector<float>(41, 0.0F), 0.5F, 0);
-  for (const float bad : {-1.0F, std::nanf(""), -std::nanf(""), INFINITY}) {
-    CAPTURE(bad);
-    std::vector<float> s = ties;
-    s[123] = bad;
-    check_mass(kernel, 32, s, 0.5F, 0);
-  }
-  CHECK(device_mass(kernel, 32, {}, 0.5F, 3).empty());  // n = 0
+  actsparse_test::run_mass_cases([](const std::vector<float>& scores, float mass, unsigned min_keep) {
+    return device_mass(emulated_28::actsparse_cumulative_mass_t32, 32, scores, mass, min_keep);
+  });
 }
 
 TEST_CASE("metal emulated: cumulative_mass with three simdgroups") {
-  const auto [ties, smooth, wide, flat, zeros] = make_mass_scores();
   // Three simdgroups (not a power of two) on a few cases: emulated passes are slow.
-  const mass_fn kernel96 = emulated_29::actsparse_cumulative_mass_t96;
-  check_mass(kernel96, 96, ties, 0.5F, 0);
-  check_mass(kernel96, 96, smooth, 0.9F, 0);
-  check_mass(kernel96, 96, flat, 0.7F, 77);
-  check_mass(kernel96, 96, zeros, 0.8F, 4);
+  actsparse_test::run_mass_cases_few([](const std::vector<float>& scores, float mass, unsigned min_keep) {
+    return device_mass(emulated_29::actsparse_cumulative_mass_t96, 96, scores, mass, min_keep);
+  });
 }
