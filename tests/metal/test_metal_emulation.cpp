@@ -519,16 +519,12 @@ using mass_fn = void (*)(const float*, const uint&, const float&, const uint&, u
 std::vector<uint> device_mass(mass_fn kernel, unsigned threads, const std::vector<float>& scores, float mass,
                               unsigned min_keep) {
   const auto n = static_cast<uint>(scores.size());
-  std::vector<uint> idx(n + 1, 0xFFFFFFFFU);
-  uint count = 12345;
-  dispatch(1, threads, [&](const emulated_thread& t) {
-    kernel(scores.data(), n, mass, min_keep, idx.data(), &count, t.thread_index_in_threadgroup,
-           t.thread_index_in_simdgroup, t.simdgroup_index_in_threadgroup);
+  return actsparse_test::kept_list(n, [&](uint* idx, uint* count) {
+    dispatch(1, threads, [&](const emulated_thread& t) {
+      kernel(scores.data(), n, mass, min_keep, idx, count, t.thread_index_in_threadgroup, t.thread_index_in_simdgroup,
+             t.simdgroup_index_in_threadgroup);
+    });
   });
-  REQUIRE(count <= n);
-  CHECK(idx[count] == 0xFFFFFFFFU);  // nothing written past count
-  idx.resize(count);
-  return idx;
 }
 
 }  // namespace

@@ -46,6 +46,19 @@ inline mass_scores make_mass_scores() {
   return m;
 }
 
+// The index list a kernel writes for n scores: launch(idx, &count) runs it on a buffer of
+// n + 1 sentinels; CHECKs that count <= n and that nothing was written past count.
+template <class Launch>
+std::vector<unsigned int> kept_list(std::size_t n, Launch&& launch) {
+  std::vector<unsigned int> idx(n + 1, 0xFFFFFFFFU);
+  unsigned int count = 12345;
+  launch(idx.data(), &count);
+  REQUIRE(count <= n);
+  CHECK(idx[count] == 0xFFFFFFFFU);
+  idx.resize(count);
+  return idx;
+}
+
 // CHECKs that the kept list equals the cumulative_mass selector's.
 template <class Index>
 void check_same_as_selector(const std::vector<Index>& got, const std::vector<float>& scores, float mass,
