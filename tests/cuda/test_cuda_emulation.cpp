@@ -5,6 +5,7 @@
 // timing and the hardware's f16 conversion are not exercised.
 #include "mass_selection_cases.hpp"
 #include "simt_emulation.hpp"
+#include "token_kernel_cases.hpp"
 
 #include <actsparse/backends/cuda/generator.hpp>
 #include <actsparse/core/activation.hpp>
@@ -224,26 +225,17 @@ TEST_CASE("cuda emulated: compaction with blocks of many warps and many chunks")
 TEST_CASE("cuda emulated: token gather and scatter-add") {
   constexpr unsigned d = 70;  // more than one pass of 64 threads
   constexpr unsigned stride = 75;
-  const std::vector<float> src = random_vector(10 * stride, 12);
-  const std::vector<unsigned int> tokens = {1, 4, 9};
-  std::vector<float> dst(3 * 80, -1.0F);
-  emulate_launch(
-      3, 64, [&] { emulated_17::actsparse_token_gather_t64(src.data(), stride, tokens.data(), 3, d, dst.data(), 80); });
-  for (unsigned k = 0; k < 3; ++k) {
-    for (unsigned i = 0; i < d; ++i) CHECK(dst[k * 80 + i] == src[tokens[k] * stride + i]);
-    for (unsigned i = d; i < 80; ++i) CHECK(dst[k * 80 + i] == -1.0F);
-  }
-  std::vector<float> x = src;
-  emulate_launch(3, 64, [&] {
-    emulated_18::actsparse_token_scatter_add_t64(dst.data(), 80, tokens.data(), 3, d, x.data(), stride);
-  });
-  for (unsigned t = 0; t < 10; ++t) {
-    const bool kept = t == 1 || t == 4 || t == 9;
-    for (unsigned i = 0; i < stride; ++i) {
-      const float expected = kept && i < d ? src[t * stride + i] + src[t * stride + i] : src[t * stride + i];
-      CHECK(x[t * stride + i] == expected);
-    }
-  }
+  constexpr unsigned dst_stride = actsparse_test::token_dst_stride;
+  actsparse_test::check_token_gather_scatter<unsigned int>(
+      random_vector(10 * stride, 12), stride, d,
+      [&](const float* src, const unsigned int* tokens, float* dst) {
+        emulate_launch(3, 64,
+                       [&] { emulated_17::actsparse_token_gather_t64(src, stride, tokens, 3, d, dst, dst_stride); });
+      },
+      [&](const float* dst, const unsigned int* tokens, float* x) {
+        emulate_launch(3, 64,
+                       [&] { emulated_18::actsparse_token_scatter_add_t64(dst, dst_stride, tokens, 3, d, x, stride); });
+      });
 }
 
 TEST_CASE("cuda emulated: top_k gives the top_k selector's indices, ties to the lower index") {

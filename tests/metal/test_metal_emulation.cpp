@@ -12,6 +12,7 @@
 // model, the GPU's exp / tanh and the hardware's scheduling are not exercised.
 #include "mass_selection_cases.hpp"
 #include "metal_emulation.hpp"
+#include "token_kernel_cases.hpp"
 
 #include <actsparse/backends/metal/generator.hpp>
 #include <actsparse/backends/reference.hpp>
@@ -374,31 +375,22 @@ TEST_CASE("metal emulated: compaction with threadgroups of many simdgroups and m
 TEST_CASE("metal emulated: token gather and scatter-add") {
   constexpr unsigned d = 71;  // more than one pass of 64 threads, odd
   constexpr unsigned stride = 75;
-  constexpr unsigned dst_stride = 80;
+  constexpr unsigned dst_stride = actsparse_test::token_dst_stride;
   std::mt19937 rng(12);
-  const std::vector<float> src = random_vector(10 * stride, rng);
-  const std::vector<uint> tokens = {1, 4, 9};
-  std::vector<float> dst(3 * dst_stride, -1.0F);
-  dispatch(3, 64, [&](const emulated_thread& t) {
-    emulated_20::actsparse_token_gather_t64(src.data(), stride, tokens.data(), 3, d, dst.data(), dst_stride,
-                                            t.thread_index_in_threadgroup, t.threadgroup_position_in_grid);
-  });
-  for (unsigned k = 0; k < 3; ++k) {
-    for (unsigned i = 0; i < d; ++i) CHECK(dst[k * dst_stride + i] == src[tokens[k] * stride + i]);
-    for (unsigned i = d; i < dst_stride; ++i) CHECK(dst[k * dst_stride + i] == -1.0F);
-  }
-  std::vector<float> x = src;
-  dispatch(3, 64, [&](const emulated_thread& t) {
-    emulated_21::actsparse_token_scatter_add_t64(dst.data(), dst_stride, tokens.data(), 3, d, x.data(), stride,
-                                                 t.thread_index_in_threadgroup, t.threadgroup_position_in_grid);
-  });
-  for (unsigned t = 0; t < 10; ++t) {
-    const bool kept = t == 1 || t == 4 || t == 9;
-    for (unsigned i = 0; i < stride; ++i) {
-      const float expected = kept && i < d ? src[t * stride + i] + src[t * stride + i] : src[t * stride + i];
-      CHECK(x[t * stride + i] == expected);
-    }
-  }
+  actsparse_test::check_token_gather_scatter<uint>(
+      random_vector(10 * stride, rng), stride, d,
+      [&](const float* src, const uint* tokens, float* dst) {
+        dispatch(3, 64, [&](const emulated_thread& t) {
+          emulated_20::actsparse_token_gather_t64(src, stride, tokens, 3, d, dst, dst_stride,
+                                                  t.thread_index_in_threadgroup, t.threadgroup_position_in_grid);
+        });
+      },
+      [&](const float* dst, const uint* tokens, float* x) {
+        dispatch(3, 64, [&](const emulated_thread& t) {
+          emulated_21::actsparse_token_scatter_add_t64(dst, dst_stride, tokens, 3, d, x, stride,
+                                                       t.thread_index_in_threadgroup, t.threadgroup_position_in_grid);
+        });
+      });
 }
 
 TEST_CASE("metal emulated: top_k gives the top_k selector's indices, ties to the lower index") {
