@@ -4,6 +4,7 @@
 // generated at build time (cuda_emulation/emit_kernels.cpp). Not a GPU run: memory model,
 // timing and the hardware's f16 conversion are not exercised.
 #include "mass_selection_cases.hpp"
+#include "quantized_matrix.hpp"
 #include "simt_emulation.hpp"
 #include "token_kernel_cases.hpp"
 
@@ -56,32 +57,11 @@ const dtype_kernels by_dtype[] = {
      emulated_14::actsparse_row_axpy_q4_0_t32},
 };
 
-// A rows x cols matrix stored as dtype t (row stride = the row's bytes), and its dequantized values.
-struct matrix {
-  std::vector<unsigned char> bytes;
-  std::size_t stride = 0;
-  std::vector<float> values;  // rows x cols, as the kernels see them
-};
+using matrix = actsparse_test::quantized_matrix;
 
 matrix make_matrix(dtype t, std::size_t rows, std::size_t cols, unsigned seed) {
   std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0F, 1.0F);
-  matrix m;
-  m.stride = actsparse::row_bytes(t, cols);
-  m.bytes.resize(rows * m.stride);
-  m.values.resize(rows * cols);
-  std::vector<float> row(cols);
-  for (std::size_t r = 0; r < rows; ++r) {
-    for (auto& v : row) v = dist(rng);
-    actsparse::visit_dtype(t, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      std::vector<T> stored(cols / actsparse::dtype_traits<T>::block_values);
-      actsparse::quantize_row(row.data(), stored.data(), cols);
-      std::memcpy(m.bytes.data() + r * m.stride, stored.data(), m.stride);
-      actsparse::dequantize_row(stored.data(), m.values.data() + r * cols, cols);
-    });
-  }
-  return m;
+  return actsparse_test::make_quantized_matrix(t, rows, cols, rng);
 }
 
 std::vector<float> random_vector(std::size_t n, unsigned seed) {

@@ -12,6 +12,7 @@
 // model, the GPU's exp / tanh and the hardware's scheduling are not exercised.
 #include "mass_selection_cases.hpp"
 #include "metal_emulation.hpp"
+#include "quantized_matrix.hpp"
 #include "token_kernel_cases.hpp"
 
 #include <actsparse/backends/metal/generator.hpp>
@@ -116,33 +117,10 @@ const dtype_kernels by_dtype[] = {
      emulated_19::actsparse_compact_t64},
 };
 
-// A rows x cols matrix stored as dtype t (row stride = the row's bytes), and its dequantized values.
-struct matrix {
-  std::vector<u8> bytes;
-  std::size_t stride = 0;
-  std::vector<float> values;  // rows x cols, as the kernels see them
-  actsparse::weight_view view;
-};
+using matrix = actsparse_test::quantized_matrix;
 
 matrix make_matrix(dtype t, std::size_t rows, std::size_t cols, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0F, 1.0F);
-  matrix m;
-  m.stride = actsparse::row_bytes(t, cols);
-  m.bytes.resize(std::max<std::size_t>(rows * m.stride, 1));
-  m.values.resize(rows * cols);
-  std::vector<float> row(cols);
-  for (std::size_t r = 0; r < rows; ++r) {
-    for (auto& v : row) v = dist(rng);
-    actsparse::visit_dtype(t, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      std::vector<T> stored(cols / actsparse::dtype_traits<T>::block_values);
-      actsparse::quantize_row(row.data(), stored.data(), cols);
-      std::memcpy(m.bytes.data() + r * m.stride, stored.data(), m.stride);
-      actsparse::dequantize_row(stored.data(), m.values.data() + r * cols, cols);
-    });
-  }
-  m.view = actsparse::weight_view(m.bytes.data(), t, rows, cols, m.stride);
-  return m;
+  return actsparse_test::make_quantized_matrix(t, rows, cols, rng);
 }
 
 std::vector<float> random_vector(std::size_t n, std::mt19937& rng) {
