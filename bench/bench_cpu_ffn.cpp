@@ -152,10 +152,12 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads)
   ffn_scratch scratch;
   ffn_scratch dense_scratch;
   selection kept;
+  bool ok = true;
+  actsparse_bench::warm_up(
+      w.l.size(), [&](std::size_t i) { ok = dense_ffn(cpu, view_of(w.l[i], s), x, y_dense, dense_scratch, ex) && ok; });
   std::size_t next = 0;
   double dense_s = 0.0;
   double sparse_s = 0.0;
-  bool ok = true;
   for (auto _ : state) {
     const ffn_weights d = view_of(w.l[next], s);
     const ffn_weights sp = view_of(w.l[(next + 1) % w.l.size()], s);

@@ -88,6 +88,13 @@ void BM_cpu_gemv(benchmark::State& state) {
       Transposed ? 0 : cpu.workspace_size(gemv_args{view_of(w.m[0]), x, y_dense, subset::everything()}));
   cpu::thread_pool pool(static_cast<std::size_t>(state.range(1)));
   cpu::executor ex(pool);
+  actsparse_bench::warm_up(w.m.size(), [&](std::size_t i) {
+    if constexpr (Transposed) {
+      (void)cpu.run(transposed_linear_args{view_of(w.m[i]), x, y_dense, subset::everything()}, {}, ex);
+    } else {
+      (void)cpu.run(gemv_args{view_of(w.m[i]), x, y_dense, subset::everything()}, workspace, ex);
+    }
+  });
   std::size_t next = 0;
   double dense_s = 0.0;
   double sparse_s = 0.0;

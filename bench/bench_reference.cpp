@@ -176,6 +176,7 @@ template <class T>
 void BM_reference_ffn_dense(benchmark::State& state) {
   const ffn_layers<T>& layers = reference_layers<T>();
   reference_ffn ffn(layers.layer(0));
+  actsparse_bench::warm_up(layers.count(), [&](std::size_t i) { (void)ffn.dense(layers.layer(i)); });
   std::size_t next = 0;
   double total = 0.0;
   for (auto _ : state) {
@@ -203,6 +204,7 @@ void BM_reference_ffn_sparse(benchmark::State& state) {
   const ffn_layers<T>& layers = reference_layers<T>();
   const std::vector<std::uint32_t> kept = random_active_set(static_cast<double>(state.range(0)) / 100.0);
   reference_ffn ffn(layers.layer(0));
+  actsparse_bench::warm_up(layers.count(), [&](std::size_t i) { (void)ffn.dense(layers.layer(i)); });
   std::size_t next = 0;
   double dense_total = 0.0;
   double sparse_total = 0.0;

@@ -34,6 +34,9 @@ inline void BM_eigen_gemv_f32(benchmark::State& state) {
   const std::vector<float> xs = random_floats(static_cast<std::size_t>(gemv_cols), 1.0F, 7);
   const Eigen::Map<const Eigen::VectorXf> x(xs.data(), gemv_cols);
   Eigen::VectorXf y(gemv_rows);
+  warm_up(matrices.size(), [&](std::size_t i) {
+    y.noalias() = Eigen::Map<const row_major>(matrices[i].data(), gemv_rows, gemv_cols) * x;
+  });
   std::size_t next = 0;
   double total = 0.0;
   for (auto _ : state) {

@@ -26,6 +26,15 @@ template <class F>
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Calls f(i) for i in [0, count): every weight set read once, untimed, before a benchmark's
+// timed loop. On this host (a VM) the first kernel pass over freshly built weights has taken
+// 300–400 ms for a 180 MB matrix (60x what the memory gives, with no guest page fault), and a
+// benchmark with a 0.3 s minimum then reports that one iteration as its time.
+template <class F>
+void warm_up(std::size_t count, F&& f) {
+  for (std::size_t i = 0; i < count; ++i) f(i);
+}
+
 // Runs the baseline and the candidate once each, alternating which goes first from one
 // iteration to the next (neither always finds the caches the other left), adds their seconds
 // to the totals and returns the candidate's (for SetIterationTime).
