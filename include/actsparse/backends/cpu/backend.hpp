@@ -264,8 +264,10 @@ struct cpu_backend {
     const bool gate_given = !a.gate_act.empty();
     float* const h = gate_given ? g : g + count;  // h[j] for every neuron j (d_ff)
     // Every neuron listed (sorted, unique: 0 .. d_ff-1) runs as dense: the same bits, no
-    // index reads. Below that the sparse path is taken: at 80% kept it is still faster than
-    // dense (1.02-1.18x at the 7B shape, docs/PERFORMANCE.md): no crossover below 1.
+    // index reads. Below that the sparse path is taken. At 80% kept (7B shape, the run of
+    // 2026-12-03 in docs/PERFORMANCE.md) it measured 1.06-1.16x dense for f32, q8_0 and, at
+    // one thread, f16 / bf16, but 0.95-0.96x for f16 / bf16 at two threads and 0.97-0.98x
+    // for q4_0: a crossover near 0.8 for those (reading every row, as coalescing does) is open.
     const std::uint32_t* rows = a.neurons.all || count == d_ff ? nullptr : a.neurons.indices.data();
     const bool sparse_down = !a.down_t.absent();
     const bool coalesce = sparse_down && rows != nullptr && coalescing(a.neurons);
