@@ -153,8 +153,9 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads)
   ffn_scratch dense_scratch;
   selection kept;
   bool ok = true;
-  actsparse_bench::warm_up(
-      w.l.size(), [&](std::size_t i) { ok = dense_ffn(cpu, view_of(w.l[i], s), x, y_dense, dense_scratch, ex) && ok; });
+  // The dense FFN on one layer: the baseline of every iteration, and the warm-up.
+  const auto dense_on = [&](const ffn_weights& l) { ok = dense_ffn(cpu, l, x, y_dense, dense_scratch, ex) && ok; };
+  actsparse_bench::warm_up(w.l.size(), [&](std::size_t i) { dense_on(view_of(w.l[i], s)); });
   std::size_t next = 0;
   double dense_s = 0.0;
   double sparse_s = 0.0;
@@ -162,7 +163,7 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads)
     const ffn_weights d = view_of(w.l[next], s);
     const ffn_weights sp = view_of(w.l[(next + 1) % w.l.size()], s);
     next = (next + 2) % w.l.size();
-    const auto run_dense = [&] { ok = dense_ffn(cpu, d, x, y_dense, dense_scratch, ex) && ok; };
+    const auto run_dense = [&] { dense_on(d); };
     const auto run_sparse = [&] {
       if constexpr (Kind == set_kind::dense) {
         ok = dense_ffn(cpu, sp, x, y, scratch, ex) && ok;
