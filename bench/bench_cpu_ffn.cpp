@@ -7,7 +7,11 @@
 // random set is top_k by count of |act(g)| (random weights: a random set); the clustered set
 // is runs of 64 neighbouring neurons (what a predictor that co-locates co-active neurons
 // gives); the coalesced rows run the random set with cpu_backend::coalesce_gap = 2 (skipped
-// runs of up to 2 rows read too; gbps still counts only the kept rows). Dense is dense_ffn with the same weights,
+// runs of up to 2 rows read too; gbps still counts only the kept rows). The random rows take the
+// backend's default crossover (cpu::measured_read_all_from: from there every row is read, as
+// dense does); the gathered rows, at the activities around it, run the same random set with
+// read_all_from = 1 (always gathered), which is how the crossover was measured (gbps counts
+// the kept rows for both). Dense is dense_ffn with the same weights,
 // interleaved in the same iterations. Several layers are cycled so that no weight byte comes from the L3.
 //
 // Counters on every row:
@@ -17,6 +21,8 @@
 //   ideal          3 / (1 + 2a): the bytes of dense over the bytes of this step
 //   pct_of_ideal   speedup / ideal
 //   kept           a, the fraction of neurons kept
+//   path           on sparse rows: 1 when every row was read (from the crossover on, or
+//                  keep-all), 0 when the kept rows were gathered
 //   pct_of_stream  on dense rows: gbps / the read bandwidth measured at the same thread count
 #define ACTSPARSE_CPU_IMPLEMENTATION
 #include <actsparse/backends/cpu/implementation.hpp>
@@ -128,7 +134,7 @@ std::vector<std::uint32_t> clustered(std::size_t d_ff, double a, std::uint64_t s
   return out;
 }
 
-enum class set_kind { dense, random, clustered, coalesced };
+enum class set_kind { dense, random, clustered, coalesced, gathered };
 
 // The coalesced rows: the random set, with skipped runs of at most this many rows read too.
 constexpr std::size_t coalesce_gap = 2;
@@ -147,6 +153,9 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads)
   cpu_backend coalescing = cpu;
   coalescing.coalesce_gap = coalesce_gap;
   const neuron_sparse_ffn coalesced_op{magnitude{}, top_k::by_count(k), score_source::gate_activation, coalescing};
+  cpu_backend gathering = cpu;
+  gathering.read_all_from = 1.0;
+  const neuron_sparse_ffn gathered_op{magnitude{}, top_k::by_count(k), score_source::gate_activation, gathering};
   const neuron_sparse_ffn clustered_op{magnitude{}, fixed_set{clustered(s.d_ff, a, 11)}, score_source::gate_activation,
                                        cpu};
   ffn_scratch scratch;
@@ -171,8 +180,10 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads)
         ok = random_op(sp, x, y, kept, scratch, ex) && ok;
       } else if constexpr (Kind == set_kind::clustered) {
         ok = clustered_op(sp, x, y, kept, scratch, ex) && ok;
-      } else {
+      } else if constexpr (Kind == set_kind::coalesced) {
         ok = coalesced_op(sp, x, y, kept, scratch, ex) && ok;
+      } else {
+        ok = gathered_op(sp, x, y, kept, scratch, ex) && ok;
       }
     };
     const double t = actsparse_bench::time_pair(state.iterations(), run_dense, run_sparse, dense_s, sparse_s);
@@ -197,13 +208,18 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads)
   state.counters["ideal"] = ideal;
   state.counters["pct_of_ideal"] = speedup / ideal;
   state.counters["kept"] = kept_fraction;
+  if (Kind != set_kind::dense) {  // 1: every row read (the crossover, or keep-all), 0: kept rows gathered
+    const double from = Kind == set_kind::gathered ? 1.0 : cpu::measured_read_all_from(dtype_traits<T>::type, threads);
+    state.counters["path"] = static_cast<double>(kept.indices.size()) >= from * static_cast<double>(s.d_ff) ? 1 : 0;
+  }
   if (Kind == set_kind::dense) {
     state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, static_cast<unsigned>(threads));
   }
 }
 
-constexpr double activities[] = {1.0, 0.8, 0.6, 0.4, 0.2, 0.1, 0.05};
+constexpr double activities[] = {1.0, 0.9, 0.8, 0.7, 0.6, 0.4, 0.2, 0.1, 0.05};
 constexpr double clustered_activities[] = {0.4, 0.1};
+constexpr double crossover_activities[] = {0.9, 0.8, 0.7};  // the gathered rows
 
 template <class T>
 void register_dtype(const shape& s, std::size_t threads) {
@@ -217,6 +233,10 @@ void register_dtype(const shape& s, std::size_t threads) {
   for (const double a : activities) {
     std::snprintf(label, sizeof label, "random_a%.2f", a);
     common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::random>, s, a, threads));
+  }
+  for (const double a : crossover_activities) {
+    std::snprintf(label, sizeof label, "gathered_a%.2f", a);
+    common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::gathered>, s, a, threads));
   }
   for (const double a : clustered_activities) {
     std::snprintf(label, sizeof label, "clustered_a%.2f", a);

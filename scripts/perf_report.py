@@ -13,7 +13,7 @@ Rows: the median aggregates (run with --benchmark_repetitions=N
 --benchmark_report_aggregates_only=true); a file of plain iteration rows is reduced to the
 median per name here. FFN decode rows are recognised by their name,
     cpu_ffn/<dtype>/<shape>/t<threads>/dense
-    cpu_ffn/<dtype>/<shape>/t<threads>/<random|clustered|coalesced>_a<activity>
+    cpu_ffn/<dtype>/<shape>/t<threads>/<random|clustered|coalesced|gathered>_a<activity>
 and get one table and one plot, ffn_speedup_<shape>_t<threads>.svg, per (shape, threads):
 speed-up over dense against the activity a, with the ideal 3/(1+2a). Every other row goes to
 one generic table with all its counters. The counters pct_of_ideal and pct_of_stream are ratios
@@ -33,9 +33,9 @@ from xml.sax.saxutils import escape
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DTYPES = ["f32", "f16", "bf16", "q8_0", "q4_0"]
-SETS = ["random", "clustered", "coalesced"]
+SETS = ["random", "clustered", "coalesced", "gathered"]
 COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-FFN_RE = re.compile(r"^cpu_ffn/([^/]+)/([^/]+)/t(\d+)/(?:(dense)|(random|clustered|coalesced)_a(\d+(?:\.\d+)?))(?:/|$)")
+FFN_RE = re.compile(r"^cpu_ffn/([^/]+)/([^/]+)/t(\d+)/(?:(dense)|(random|clustered|coalesced|gathered)_a(\d+(?:\.\d+)?))(?:/|$)")
 # Trailing components Google Benchmark appends to a name (not user arguments).
 GB_SUFFIX_RE = re.compile(r"/(?:real_time|manual_time|process_time|iterations:\d+|repeats:\d+"
                           r"|min_time:[\d.]+s?|min_warmup_time:[\d.]+s?)$")
@@ -262,7 +262,8 @@ def svg_plot(shape, threads, rows):
 
 
 def marker(kind, x, y, c):
-    """Filled circle (random set), hollow square (clustered), hollow triangle (coalesced)."""
+    """Filled circle (random set), hollow square (clustered), hollow triangle (coalesced), hollow
+    diamond (gathered: the random set with every proper subset gathered, no crossover)."""
     if kind == "random":
         return '<circle cx="%.2f" cy="%.2f" r="3.5" fill="%s"/>' % (x, y, c)
     if kind == "clustered":
@@ -271,6 +272,9 @@ def marker(kind, x, y, c):
     if kind == "coalesced":
         return ('<polygon class="coalesced" points="%.2f,%.2f %.2f,%.2f %.2f,%.2f" fill="#ffffff" stroke="%s" '
                 'stroke-width="1.5"/>' % (x, y - 5, x - 5, y + 4, x + 5, y + 4, c))
+    if kind == "gathered":
+        return ('<polygon class="gathered" points="%.2f,%.2f %.2f,%.2f %.2f,%.2f %.2f,%.2f" fill="#ffffff" '
+                'stroke="%s" stroke-width="1.5"/>' % (x, y - 5, x + 5, y, x, y + 5, x - 5, y, c))
     return ""
 
 

@@ -36,6 +36,7 @@ def synthetic():
         sparse("f32", "random", 0.40, 8.0e6, 1.5625),
         sparse("f32", "random", 1.00, 12.6e6, 0.99, path=1),
         sparse("f32", "clustered", 0.05, 4.8e6, 2.6),
+        sparse("f32", "gathered", 0.90, 12.0e6, 1.04),
         median_row("cpu_ffn/q8_0/7b/t1/dense", 3.4e6, gbps=44.0, speedup=1.0, ideal=1.0,
                    pct_of_ideal=1.0, pct_of_stream=0.9),
         sparse("q8_0", "random", 0.05, 1.5e6, 2.27),
@@ -87,6 +88,7 @@ class PerfReportTest(unittest.TestCase):
         self.assertIn("| f32 | 0.05 | random | 5 | 50 | 2.5 | 2.73 | 91.7% | sparse | - |", md)
         self.assertIn("| f32 | 0.05 | clustered | 4.8 | 50 | 2.6 | 2.73 | 95.3% | sparse | - |", md)
         self.assertIn("| f32 | 1.00 | random | 12.6 | 50 | 0.99 | 1 | 99% | dense | - |", md)
+        self.assertIn("| f32 | 0.90 | gathered | 12 | 50 | 1.04 | 1.07 | 97.1% | sparse | - |", md)
         self.assertIn("| q8_0 | 0.10 | random | 1.8 | 50 | 1.89 | 2.5 | 75.6% | sparse | - |", md)
         self.assertNotIn("| 99 |", md)  # the mean row (99 ms) is not used
         # f32 rows come before q8_0 rows, dense first, then by activity.
@@ -115,6 +117,7 @@ class PerfReportTest(unittest.TestCase):
         self.assertIsNotNone(ideal[0].get("stroke-dasharray"))
         self.assertEqual(len(root.findall(SVG_NS + "line[@class='dense']")), 1)
         self.assertEqual(len(root.findall(SVG_NS + "rect[@class='clustered']")), 2)  # point + legend
+        self.assertEqual(len(root.findall(SVG_NS + "polygon[@class='gathered']")), 2)
         texts = [t.text for t in root.iter(SVG_NS + "text")]
         self.assertIn("7b FFN decode, 1 thread: speed-up vs activity", texts)
         self.assertIn("f32", texts)

@@ -19,9 +19,11 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace actsparse;
@@ -165,6 +167,70 @@ TEST_CASE("cpu gated FFN reports bad arguments and a short workspace") {
   gated_ffn_args none = good;
   none.down_t = weight_view{};
   CHECK_THROWS_WITH_AS(cpu.run(none, workspace, ex), doctest::Contains("'down, down_t' is neither given"), error);
+}
+
+TEST_CASE("cpu gated FFN: from read_all_from kept, every row is read: the gathered values, on any thread count") {
+  std::mt19937 rng(50);
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+    const cpu_ffn_weights f = make_cpu_ffn(t, 64, 224, rng);
+    const std::vector<float> x = random_vector(64, rng);
+    std::vector<float> y(64);
+    for (const double density : {0.95, 0.8, 0.5}) {
+      const std::vector<std::uint32_t> kept = random_subset(224, density, rng);
+      for_each_target([&] {
+        INFO(name(t), " density ", density);
+        cpu_backend gather;
+        gather.read_all_from = 1.0;  // only keep-all (dense anyway): every proper subset is gathered
+        cpu_backend read_all;
+        read_all.read_all_from = 0.01;
+        const gated_ffn_args a = args_of(f, activation::silu, x, y, subset::only(kept));
+        const std::size_t d_ff_floats = (224 - kept.size()) * 2 * sizeof(float);  // u and g: d_ff, not the kept
+        CHECK(read_all.workspace_size(a) == gather.workspace_size(a) + d_ff_floats);
+        CHECK(cpu_backend{}.workspace_size(a) >= gather.workspace_size(a));
+        const auto want = run_cpu(a, {}, gather);
+        const auto got = run_cpu(a, {}, read_all);
+        CHECK(got == want);         // equal values (an exact zero may change sign)
+        CHECK(run_cpu(a) == want);  // the measured crossover, whichever path it picks
+        for (const std::size_t threads : {2U, 3U}) {
+          cpu::thread_pool pool(threads);
+          CHECK(same_bits(run_cpu(a, cpu::executor(pool), read_all), got));
+          CHECK(run_cpu(a, cpu::executor(pool)) == want);
+        }
+      });
+    }
+  }
+}
+
+TEST_CASE("cpu gated FFN: read_all_from picks the path (a dropped row is read only from it) and is checked") {
+  std::mt19937 rng(51);
+  cpu_ffn_weights f = make_cpu_ffn(dtype::f32, 48, 120, rng);
+  const std::vector<float> x = random_vector(48, rng);
+  std::vector<float> y(48);
+  std::vector<std::uint32_t> kept = all_indices(120);
+  kept.erase(kept.begin() + 7);  // 119 of 120 kept: neuron 7 dropped
+  // A NaN in the dropped neuron's row of down_t: only a path that reads the row sees it (0·NaN).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(f.down_t.bytes.data() + 7 * f.down_t.view.row_stride, &nan, sizeof nan);
+  const gated_ffn_args a = args_of(f, activation::relu, x, y, subset::only(kept));
+  for (const double from : {0.5, 119.0 / 120.0}) {
+    cpu_backend cpu;
+    cpu.read_all_from = from;
+    CHECK(std::isnan(run_cpu(a, {}, cpu)[0]));
+  }
+  cpu_backend cpu;
+  cpu.read_all_from = 1.0;
+  for (const float v : run_cpu(a, {}, cpu)) CHECK(std::isfinite(v));
+  cpu::executor ex;
+  std::vector<std::byte> workspace(cpu.workspace_size(a));
+  const std::pair<double, const char*> bad[] = {{0.0, "0;"}, {-0.5, "-0.5;"}, {1.5, "1.5;"}, {nan, "nan;"}};
+  for (const auto& [value, text] : bad) {
+    cpu.read_all_from = value;
+    const std::string want = std::string("'cpu_backend::read_all_from' is ") + text;
+    CHECK_THROWS_WITH_AS(cpu.run(a, workspace, ex), doctest::Contains(want.c_str()), error);
+  }
+  cpu.read_all_from = 1.5;
+  CHECK_THROWS_WITH_AS(cpu.run(a, workspace, ex),
+                       doctest::Contains("expected a fraction of the d_ff neurons in (0, 1]"), error);
 }
 
 TEST_CASE("neuron_sparse_ffn runs on the CPU backend and agrees with the reference backend") {

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -135,6 +136,36 @@ void axpy_all_columns(const weight_view& wt, const std::uint32_t* rows, std::siz
   });
 }
 
+// The kept fraction of the d_ff neurons from which the neuron-sparse gated FFN reads every
+// row (cpu_backend::read_all_from), per dtype of W_up and thread count (1, or 2 and more):
+// where gathering the kept rows stops beating a dense read. Measured on the AMD EPYC host in
+// two runs of bench_cpu_ffn's gathered_a* rows (always gathered) against dense in the same
+// iterations, 7B and 3B shapes, medians of 3 (docs/PERFORMANCE.md): at 0.9 kept the gather
+// was 0.98-1.07x dense for f32, about 1.0x for f16 / bf16 at one thread and q8_0, 0.88-1.08x
+// for f16 / bf16 at two threads, 0.86-1.01x for q4_0; at 0.8 0.87-1.04x for q4_0; at 0.7
+// 0.93-1.20x. Reading every row costs what dense does plus the scoring and selection.
+[[nodiscard]] constexpr double measured_read_all_from(dtype up, std::size_t threads) noexcept {
+  const bool one = threads <= 1;
+  switch (up) {
+    case dtype::f32:
+      return 0.95;
+    case dtype::f16:
+    case dtype::bf16:
+      return one ? 0.9 : 0.85;
+    case dtype::q8_0:
+      return 0.9;
+    case dtype::q4_0:
+      return 0.8;
+  }
+  return 1.0;
+}
+// The smallest of them over thread counts (what the workspace is sized for).
+[[nodiscard]] constexpr double lowest_read_all_from(dtype up) noexcept {
+  const double one = measured_read_all_from(up, 1);
+  const double more = measured_read_all_from(up, 2);
+  return one < more ? one : more;
+}
+
 // Every weight dtype: f32, f16, bf16, and the ggml blocks q8_0 / q4_0 (quant-inl.h).
 [[nodiscard]] constexpr bool handles_gemv(dtype t) noexcept {
   return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16 || t == dtype::q8_0 || t == dtype::q4_0;
@@ -166,6 +197,15 @@ struct cpu_backend {
   // the call needs a workspace (workspace_size) for the quantized x; with executor::split
   // every calling thread quantizes x into its own, so each needs its own workspace.
   bool int8_activations = true;
+
+  // Gated FFN crossover: with at least this fraction of the d_ff neurons kept, the
+  // neuron-sparse FFN reads every row of W_up (and W_gate when it computes the gate) and of
+  // down_t, as dense does, with h = 0 for the dropped neurons, instead of gathering the kept
+  // rows. The result is the sparse one but for the sign of an exact zero (acc + 0·w; dropped
+  // rows must hold finite values, 0·Inf is NaN). Unset (default): the measured crossover for
+  // the dtype of W_up and the executor's thread count (cpu::measured_read_all_from). Set: a
+  // fraction in (0, 1]; 1 reads every row only when every neuron is kept (as dense does anyway).
+  std::optional<double> read_all_from;
 
   [[nodiscard]] status can_implement(const gemv_args& a) const noexcept {
     if (!cpu::handles_gemv(a.w.type)) return status::not_handled("cpu: GEMV of this weight dtype is not built");
@@ -257,18 +297,24 @@ struct cpu_backend {
     }
     constexpr std::string_view where = "cpu::gated_ffn";
     check_arguments(a, where);
+    if (read_all_from) {
+      detail::require(*read_all_from > 0.0 && *read_all_from <= 1.0, where, "cpu_backend::read_all_from",
+                      *read_all_from, "a fraction of the d_ff neurons in (0, 1], or unset for the measured crossover");
+    }
     const std::size_t d_ff = a.gate.rows;
     const std::size_t count = a.neurons.count(d_ff);
-    float* const u = scratch(workspace, workspace_size(a), where);
-    float* const g = u + count;
-    const bool gate_given = !a.gate_act.empty();
-    float* const h = gate_given ? g : g + count;  // h[j] for every neuron j (d_ff)
     // Every neuron listed (sorted, unique: 0 .. d_ff-1) runs as dense: the same bits, no
-    // index reads. Below that the sparse path is taken. At 80% kept (7B shape, the run of
-    // 2026-12-03 in docs/PERFORMANCE.md) it measured 1.06-1.16x dense for f32, q8_0 and, at
-    // one thread, f16 / bf16, but 0.95-0.96x for f16 / bf16 at two threads and 0.97-0.98x
-    // for q4_0: a crossover near 0.8 for those (reading every row, as coalescing does) is open.
-    const std::uint32_t* rows = a.neurons.all || count == d_ff ? nullptr : a.neurons.indices.data();
+    // index reads. From read_all_from kept (the crossover) every row is read, dense, and the
+    // dropped neurons' h set to 0 before the down projection. Below it the kept rows are
+    // gathered.
+    const std::uint32_t* kept = a.neurons.all || count == d_ff ? nullptr : a.neurons.indices.data();
+    const bool read_all = kept != nullptr && reads_all_rows(a, ex.concurrency());
+    const std::uint32_t* rows = read_all ? nullptr : kept;
+    const std::size_t phase1 = read_all ? d_ff : count;  // rows of up (and gate) computed
+    float* const u = scratch(workspace, workspace_size(a), where);
+    float* const g = u + phase1;
+    const bool gate_given = !a.gate_act.empty();
+    float* const h = gate_given ? g : g + phase1;  // h[j] for every neuron j (d_ff)
     const bool sparse_down = !a.down_t.absent();
     const bool coalesce = sparse_down && rows != nullptr && coalescing(a.neurons);
     if (coalesce) {
@@ -283,10 +329,10 @@ struct cpu_backend {
         cpu::dispatch_gemv_rows(w, rows, begin, end, a.x.data(), out);
       }
     };
-    const std::size_t tasks = (count + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
+    const std::size_t tasks = (phase1 + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
     ex.parallel_for(tasks, [&](std::size_t t) {
       const std::size_t begin = t * cpu::gemv_rows_per_task;
-      const std::size_t end = begin + cpu::gemv_rows_per_task < count ? begin + cpu::gemv_rows_per_task : count;
+      const std::size_t end = begin + cpu::gemv_rows_per_task < phase1 ? begin + cpu::gemv_rows_per_task : phase1;
       gemv_rows(a.up, begin, end, u);
       if (!gate_given) gemv_rows(a.gate, begin, end, g);
       for (std::size_t k = begin; k < end; ++k) {
@@ -295,12 +341,22 @@ struct cpu_backend {
         h[j] = act * u[k];
       }
     });
+    if (read_all) {  // the dropped neurons (not in the sorted kept list) add 0
+      std::size_t i = 0;
+      for (std::size_t j = 0; j < d_ff; ++j) {
+        if (i < count && kept[i] == j) {
+          ++i;
+        } else {
+          h[j] = 0.0F;
+        }
+      }
+    }
     if (coalesce) {
       auto* const filled = reinterpret_cast<std::uint32_t*>(h + d_ff);
       const std::size_t n = cpu::coalesced_rows(a.neurons.indices, coalesce_gap, filled);
       cpu::axpy_all_columns(a.down_t, filled, n, h, a.y.data(), ex);
     } else if (sparse_down) {
-      cpu::axpy_all_columns(a.down_t, rows, count, h, a.y.data(), ex);
+      cpu::axpy_all_columns(a.down_t, rows, phase1, h, a.y.data(), ex);
     } else {  // dense, W_down only: y = W_down·h
       cpu::gemv_all_rows(a.down, nullptr, a.down.rows, h, a.y.data(), ex);
     }
@@ -399,6 +455,17 @@ struct cpu_backend {
  private:
   [[nodiscard]] bool coalescing(const subset& s) const noexcept { return coalesce_gap > 0 && !s.all; }
 
+  // Whether the neuron-sparse FFN (a.neurons a proper subset) reads every row on `threads`
+  // threads (read_all_from); with threads 0, whether it may on some thread count.
+  [[nodiscard]] bool reads_all_rows(const gated_ffn_args& a, std::size_t threads) const noexcept {
+    if (a.down_t.absent()) return false;
+    const double from = read_all_from  ? *read_all_from
+                        : threads == 0 ? cpu::lowest_read_all_from(a.up.type)
+                                       : cpu::measured_read_all_from(a.up.type, threads);
+    const auto d_ff = static_cast<double>(a.gate.rows);
+    return static_cast<double>(a.neurons.count(a.gate.rows)) >= from * d_ff;
+  }
+
   // Whether a GEMV of weights of type t runs on quantized x.
   [[nodiscard]] bool int8_path(dtype t) const noexcept {
     return int8_activations && (t == dtype::q8_0 || t == dtype::q4_0);
@@ -430,9 +497,11 @@ struct cpu_backend {
   }
 
   [[nodiscard]] std::size_t ffn_scratch_floats(const gated_ffn_args& a) const noexcept {
-    const std::size_t count = a.neurons.count(a.gate.rows);
-    const std::size_t filled = coalescing(a.neurons) && !a.down_t.absent() ? a.gate.rows : 0;
-    return count * (a.gate_act.empty() ? 2 : 1) + a.gate.rows + filled;
+    const std::size_t d_ff = a.gate.rows;
+    const std::size_t count = a.neurons.count(d_ff);
+    const std::size_t phase1 = !a.neurons.all && count < d_ff && reads_all_rows(a, 0) ? d_ff : count;
+    const std::size_t filled = coalescing(a.neurons) && !a.down_t.absent() ? d_ff : 0;
+    return phase1 * (a.gate_act.empty() ? 2 : 1) + d_ff + filled;
   }
 
   // Checks that the workspace holds `bytes` and is 4-byte aligned.
