@@ -65,7 +65,7 @@ TEST_CASE("cpu transposed linear equals the reference linear (bit for bit where 
   }
 }
 
-TEST_CASE("cpu transposed linear: same bits for 1, 2 and 3 threads; errors for bad input") {
+TEST_CASE("cpu transposed linear: same bits for 1, 2 and 3 threads, errors for bad input") {
   std::mt19937 rng(32);
   const cpu_backend cpu;
   const test_weights w = make_weights(dtype::bf16, 2000, 64, rng);

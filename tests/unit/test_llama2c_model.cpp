@@ -56,7 +56,7 @@ TEST_CASE("llama2c model: greedy decoding from BOS gives the documented tokens")
   CHECK(got == want);
 }
 
-TEST_CASE("llama2c model: incremental decode equals prefill (within 1e-4; in fact bit for bit)") {
+TEST_CASE("llama2c model: incremental decode equals prefill (within 1e-4, in fact bit for bit)") {
   const llama2c::model m(stories());
   const std::vector<int> tokens = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 7, 99};
   for (const bool base_policy : {false, true}) {  // the fused dense FFN, and the FFN through linear()

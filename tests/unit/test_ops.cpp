@@ -115,7 +115,7 @@ TEST_CASE("ops: neuron_sparse_ffn reports a scorer of the wrong size") {
   CHECK_THROWS_AS(op(f.w, x, y, kept, s, ex), error);
 }
 
-TEST_CASE("ops: input_sparse_linear keep-all is the dense linear; sparse skips the dropped channels") {
+TEST_CASE("ops: input_sparse_linear keep-all is the dense linear, sparse skips the dropped channels") {
   std::mt19937 rng(14);
   for (const dtype t : all_dtypes) {
     const test_weights w = make_weights(t, 40, 64, rng);
@@ -137,7 +137,7 @@ TEST_CASE("ops: input_sparse_linear keep-all is the dense linear; sparse skips t
   }
 }
 
-TEST_CASE("ops: token_sparse_ffn follows the depth schedule; dense layers and mass 1 equal dense") {
+TEST_CASE("ops: token_sparse_ffn follows the depth schedule, dense layers and mass 1 equal dense") {
   std::mt19937 rng(15);
   const ffn_fixture f(dtype::f16, activation::silu, 32, 64, rng);
   const std::size_t tokens = 40;
