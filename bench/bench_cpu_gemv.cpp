@@ -83,15 +83,17 @@ void BM_cpu_gemv(benchmark::State& state) {
   std::vector<float> y_dense(Transposed ? cols : rows);
   std::vector<float> y(y_dense.size());
   const cpu_backend cpu;
-  // The GEMV's workspace (x quantized, for q8_0 / q4_0): the same size for every matrix.
+  // The workspace (the GEMV's x quantized for q8_0 / q4_0, the row axpy's chunk sums): the
+  // same size for every matrix.
   std::vector<std::byte> workspace(
-      Transposed ? 0 : cpu.workspace_size(gemv_args{view_of(w.m[0]), x, y_dense, subset::everything()}));
+      Transposed ? cpu.workspace_size(transposed_linear_args{view_of(w.m[0]), x, y_dense, subset::everything()})
+                 : cpu.workspace_size(gemv_args{view_of(w.m[0]), x, y_dense, subset::everything()}));
   cpu::thread_pool pool(static_cast<std::size_t>(state.range(1)));
   cpu::executor ex(pool);
   // The dense call on one matrix: the baseline of every iteration, and the warm-up.
   const auto dense_on = [&](const weight_view& m) {
     if constexpr (Transposed) {
-      (void)cpu.run(transposed_linear_args{m, x, y_dense, subset::everything()}, {}, ex);
+      (void)cpu.run(transposed_linear_args{m, x, y_dense, subset::everything()}, workspace, ex);
     } else {
       (void)cpu.run(gemv_args{m, x, y_dense, subset::everything()}, workspace, ex);
     }
@@ -108,7 +110,7 @@ void BM_cpu_gemv(benchmark::State& state) {
     const auto run_sparse = [&] {
       const subset which = a >= 1.0 ? subset::everything() : subset::only(kept);
       if constexpr (Transposed) {
-        (void)cpu.run(transposed_linear_args{s, x, y, which}, {}, ex);
+        (void)cpu.run(transposed_linear_args{s, x, y, which}, workspace, ex);
       } else {
         (void)cpu.run(gemv_args{s, x, std::span<float>(y.data(), which.count(rows)), which}, workspace, ex);
       }

@@ -89,3 +89,79 @@ TEST_CASE("cpu transposed linear: same bits for 1, 2 and 3 threads, errors for b
   CHECK_THROWS_WITH_AS((void)cpu.run(transposed_linear_args{wt.view, x, one, subset::only(bad)}, {}, serial),
                        doctest::Contains("'inputs.indices[1]' is 64"), error);
 }
+
+TEST_CASE("cpu transposed linear over 2048+ rows: chunks of rows, the same bits on any executor") {
+  std::mt19937 rng(33);
+  const cpu_backend cpu;
+  CHECK(cpu::axpy_chunk_count(2047) == 1);
+  CHECK(cpu::axpy_chunk_count(2048) == 2);
+  CHECK(cpu::axpy_chunk_count(11008) == 8);
+  CHECK(cpu::axpy_chunk_count(100000) == 8);
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+    for (const std::size_t in : {2048U, 9000U - 9000U % 32U}) {  // 2 and 8 chunks
+      const std::size_t out = 96;
+      const test_weights wt = make_weights(t, in, out, rng, 2);  // Wt itself [in × out], strided rows
+      const auto x = random_vector(in, rng);
+      const auto value = [&](std::size_t j, std::size_t i) {
+        return static_cast<float>(wt.values(static_cast<Eigen::Index>(j), static_cast<Eigen::Index>(i)));
+      };
+      for (const double density : {1.0, 0.3, 0.002, 0.0}) {
+        const auto kept = density == 1.0 ? all_indices(in) : random_subset(in, density, rng);
+        const subset inputs = density == 1.0 ? subset::everything() : subset::only(kept);
+        REQUIRE(cpu.workspace_size(transposed_linear_args{wt.view, x, {}, inputs}) ==
+                ((cpu::axpy_chunk_count(in) - 1) * out + 16) * sizeof(float));  // + 64 B to align them
+        const auto want = cpu_test::chunked_axpy(value, in, out, x, kept);
+        std::vector<float> ref_y(out);
+        REQUIRE(reference_backend{}.run_with_scratch(transposed_linear_args{wt.view, x, ref_y, subset::only(kept)}));
+        cpu_test::for_each_target([&] {
+          INFO(name(t), " in ", in, " density ", density);
+          const auto run = [&](cpu::executor ex, const cpu_backend& b) {
+            std::vector<float> y(out, -1.0F);
+            const transposed_linear_args a{wt.view, x, y, inputs};
+            std::vector<std::byte> workspace(b.workspace_size(a));
+            REQUIRE(b.run(a, workspace, ex));
+            return y;
+          };
+          const auto y = run({}, cpu);
+          if (cpu::dispatch_fused_multiply_add()) CHECK(same_bits(y, want));
+          for (std::size_t i = 0; i < out; ++i) {  // and within the f32 bound of the reference
+            double mag = 0.0;
+            for (const auto j : kept) mag += std::fabs(static_cast<double>(value(j, i)) * x[j]);
+            REQUIRE(std::fabs(y[i] - ref_y[i]) <= 2.0 * dot_factor(kept.size()) * mag);
+          }
+          for (const std::size_t threads : {2U, 3U}) {
+            cpu::thread_pool pool(threads);
+            CHECK(same_bits(run(cpu::executor(pool), cpu), y));
+            // An engine's (ith, nth) split: each thread its columns of every chunk, one workspace.
+            std::vector<float> split_y(out, -1.0F);
+            const transposed_linear_args a{wt.view, x, split_y, inputs};
+            std::vector<std::byte> workspace(cpu.workspace_size(a));
+            for (std::size_t i = 0; i < threads; ++i) {
+              cpu::executor mine = cpu::executor::split({i, threads});
+              REQUIRE(cpu.run(a, workspace, mine));
+            }
+            CHECK(same_bits(split_y, y));
+          }
+          if (density < 1.0) {  // skipped rows read with coefficient 0: the same values
+            cpu_backend coalescing;
+            coalescing.coalesce_gap = 1000;
+            CHECK(run({}, coalescing) == y);
+          } else {  // keep-all as a list equals dense
+            std::vector<float> listed(out, -1.0F);
+            const transposed_linear_args a{wt.view, x, listed, subset::only(kept)};
+            std::vector<std::byte> workspace(cpu.workspace_size(a));
+            cpu::executor ex;
+            REQUIRE(cpu.run(a, workspace, ex));
+            CHECK(same_bits(listed, y));
+          }
+        });
+      }
+    }
+  }
+  std::vector<float> y(96);
+  const test_weights wt = make_weights(dtype::f32, 2048, 96, rng);
+  const auto x = random_vector(2048, rng);
+  cpu::executor ex;
+  CHECK_THROWS_WITH_AS((void)cpu.run(transposed_linear_args{wt.view, x, y, subset::everything()}, {}, ex),
+                       doctest::Contains("'workspace.size()' is 0; expected at least 448 bytes"), error);
+}

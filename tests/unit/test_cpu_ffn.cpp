@@ -65,7 +65,8 @@ std::vector<float> run_cpu(const gated_ffn_args& a, cpu::executor ex = {}, const
 TEST_CASE("cpu gated FFN matches the double oracle on every target, dense and neuron-sparse") {
   std::mt19937 rng(41);
   for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
-    for (const auto [d_model, d_ff] : {std::array<std::size_t, 2>{37, 53}, {64, 200}, {130, 300}, {1100, 150}}) {
+    for (const auto [d_model, d_ff] :
+         {std::array<std::size_t, 2>{37, 53}, {64, 200}, {130, 300}, {1100, 150}, {40, 2100}}) {
       const cpu_ffn_weights f = make_cpu_ffn(t, d_model, d_ff, rng);
       const std::vector<float> x = random_vector(d_model, rng);
       std::vector<float> y(d_model);
@@ -171,12 +172,17 @@ TEST_CASE("cpu gated FFN reports bad arguments and a short workspace") {
 
 TEST_CASE("cpu gated FFN: from read_all_from kept, every row is read: the gathered values, on any thread count") {
   std::mt19937 rng(50);
-  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
-    const cpu_ffn_weights f = make_cpu_ffn(t, 64, 224, rng);
+  for (const auto& [t, d_ff] : {std::pair{dtype::f32, 224U},
+                                {dtype::f16, 224U},
+                                {dtype::bf16, 224U},
+                                {dtype::q8_0, 224U},
+                                {dtype::q4_0, 224U},
+                                {dtype::bf16, 2048U}}) {
+    const cpu_ffn_weights f = make_cpu_ffn(t, 64, d_ff, rng);
     const std::vector<float> x = random_vector(64, rng);
     std::vector<float> y(64);
     for (const double density : {0.95, 0.8, 0.5}) {
-      const std::vector<std::uint32_t> kept = random_subset(224, density, rng);
+      const std::vector<std::uint32_t> kept = random_subset(d_ff, density, rng);
       for_each_target([&] {
         INFO(name(t), " density ", density);
         cpu_backend gather;
@@ -184,7 +190,7 @@ TEST_CASE("cpu gated FFN: from read_all_from kept, every row is read: the gather
         cpu_backend read_all;
         read_all.read_all_from = 0.01;
         const gated_ffn_args a = args_of(f, activation::silu, x, y, subset::only(kept));
-        const std::size_t d_ff_floats = (224 - kept.size()) * 2 * sizeof(float);  // u and g: d_ff, not the kept
+        const std::size_t d_ff_floats = (d_ff - kept.size()) * 2 * sizeof(float);  // u and g: d_ff, not the kept
         CHECK(read_all.workspace_size(a) == gather.workspace_size(a) + d_ff_floats);
         CHECK(cpu_backend{}.workspace_size(a) >= gather.workspace_size(a));
         const auto want = run_cpu(a, {}, gather);
@@ -375,9 +381,11 @@ std::vector<float> run_cpu_tokens(const cpu_ffn_weights& f, bool with_down_t, co
 
 TEST_CASE("cpu token FFN: each kept token equals its dense decode FFN bit for bit, others are untouched") {
   std::mt19937 rng(46);
-  for (const dtype t : {dtype::f32, dtype::bf16, dtype::q8_0}) {
+  for (const auto& [t, d_ff] : {std::pair{dtype::f32, 224U},
+                                {dtype::bf16, 224U},
+                                {dtype::q8_0, 224U},
+                                {dtype::f16, 2048U}}) {  // q8_0: whole blocks; 2048: down_t in two chunks
     const std::size_t d_model = 96;
-    const std::size_t d_ff = 224;  // q8_0: down_t rows of whole blocks
     const cpu_ffn_weights f = make_cpu_ffn(t, d_model, d_ff, rng);
     const std::size_t n = 11;
     const std::vector<float> input = random_vector(n * d_model, rng);
@@ -456,8 +464,8 @@ TEST_CASE("cpu token FFN matches the reference backend and backs token_sparse_ff
 TEST_CASE("cpu gated FFN with q8_0 / q4_0 weights, integer path: the integer GEMV then the row axpy, bit for bit") {
   std::mt19937 rng(49);
   for (const dtype t : {dtype::q8_0, dtype::q4_0}) {
-    for (const auto [d_model, d_ff] : {std::array<std::size_t, 2>{64, 96}, {1120, 192}}) {
-      const cpu_ffn_weights f = make_cpu_ffn(t, d_model, d_ff, rng);
+    for (const auto [d_model, d_ff] : {std::array<std::size_t, 2>{64, 96}, {1120, 192}, {64, 2080}}) {
+      const cpu_ffn_weights f = make_cpu_ffn(t, d_model, d_ff, rng);  // 2080: down_t in two chunks
       const std::vector<float> x = random_vector(d_model, rng);
       std::vector<float> y(d_model);
       for (const double density : {1.0, 0.3}) {
@@ -486,7 +494,9 @@ TEST_CASE("cpu gated FFN with q8_0 / q4_0 weights, integer path: the integer GEM
             h[j] = gate_act[j] * u[k];
           }
           std::vector<float> want(d_model);
-          REQUIRE(cpu.run(transposed_linear_args{f.down_t.view, h, want, neurons}, {}, ex));
+          const transposed_linear_args down{f.down_t.view, h, want, neurons};
+          std::vector<std::byte> down_workspace(cpu.workspace_size(down));
+          REQUIRE(cpu.run(down, down_workspace, ex));
 
           const gated_ffn_args a = args_of(f, activation::silu, x, y, neurons);
           cpu_backend f32_path;

@@ -124,15 +124,107 @@ struct column_range {
   return n;
 }
 
-// y[c] = Σ_k coef[row_k]·Wt[row_k, c] over every output column, on the executor's threads.
+// The row axpy's fixed cut of Wt's rows into chunks: chunk c of P covers the rows [c·n/P,
+// (c+1)·n/P) of the n rows, with P = n / 1024 clamped to [1, 8] (a function of the shape
+// only). Every output is, per chunk, the fma chain over the chunk's listed rows in order
+// (from 0), and the chunk sums are added in chunk order: y = ((s_0 + s_1) + s_2) + ... So
+// the result is the same for any thread count and executor, and rows listed with
+// coefficient 0 (coalescing, the FFN's crossover) change nothing but the sign of a zero.
+// With one chunk (n < 2048) it is the reference's chain. The chunks are what threads share
+// on a thread pool: each computes whole rows (contiguous reads), where cutting the columns
+// gave each thread half of every row. Measured on the AMD EPYC host (bench_cpu_gemv /
+// bench_cpu_ffn 7b rows, medians of 3, two rounds of both builds in turn), two threads:
+// cpu_input_sparse_linear a_pct 100 f16 1.93 / 2.14 -> 1.63 / 1.56 ms, q8_0 1.27 / 1.37 ->
+// 1.04 / 1.30, q4_0 1.15 / 1.04 -> 0.76 / 0.78, f32 3.17 / 3.13 -> 2.77 / 2.78; the dense
+// FFN q4_0 2.50 / 2.53 -> 2.04 / 2.03 ms, q8_0 3.04 / 3.02 -> 2.78 / 2.61, bf16 5.45 / 5.56
+// -> 4.81 / 4.68; one thread unchanged once the chunk sums were 64-byte aligned
+// (docs/PERFORMANCE.md has every round).
+inline constexpr std::size_t axpy_max_chunks = 8;
+inline constexpr std::size_t axpy_rows_per_chunk = 1024;
+[[nodiscard]] constexpr std::size_t axpy_chunk_count(std::size_t rows) noexcept {
+  const std::size_t p = rows / axpy_rows_per_chunk;
+  return p < 1 ? 1 : (p > axpy_max_chunks ? axpy_max_chunks : p);
+}
+// Floats of workspace the row axpy over wt needs for the chunk sums s_1 .. s_{P-1}, with 16
+// floats to spare for aligning them to 64 bytes (vector loads and stores that split cache
+// lines made the one-thread row axpy 10-20% slower).
+inline constexpr std::size_t partials_alignment = 64;
+[[nodiscard]] constexpr std::size_t axpy_partial_floats(const weight_view& wt) noexcept {
+  const std::size_t p = axpy_chunk_count(wt.rows);
+  return p == 1 ? 0 : (p - 1) * wt.cols + partials_alignment / sizeof(float);
+}
+// The chunk sums' start in a region of axpy_partial_floats floats (4-byte aligned).
+[[nodiscard]] inline float* aligned_partials(float* region) noexcept {
+  const auto at = reinterpret_cast<std::uintptr_t>(region);
+  const std::uintptr_t up = (partials_alignment - at % partials_alignment) % partials_alignment;
+  return region + up / sizeof(float);
+}
+
+// Where each chunk starts in a row list (rows sorted; null: the rows 0 .. count-1).
+struct row_chunks {
+  std::size_t count = 1;
+  std::size_t first[axpy_max_chunks + 1] = {};
+};
+[[nodiscard]] inline row_chunks cut_rows(std::size_t total, const std::uint32_t* rows, std::size_t count) noexcept {
+  row_chunks ch;
+  ch.count = axpy_chunk_count(total);
+  for (std::size_t c = 0; c < ch.count; ++c) {
+    const std::size_t r = total * c / ch.count;
+    ch.first[c] = rows == nullptr ? (r < count ? r : count)
+                                  : static_cast<std::size_t>(std::lower_bound(rows, rows + count, r) - rows);
+  }
+  ch.first[ch.count] = count;
+  return ch;
+}
+
+// dst[i] = s_c[i] for i in [col_begin, col_end): chunk c's chain.
+inline void axpy_chunk(const weight_view& wt, const std::uint32_t* rows, const float* coef, const row_chunks& ch,
+                       std::size_t c, std::size_t col_begin, std::size_t col_end, float* dst) {
+  const std::size_t begin = ch.first[c];
+  const std::size_t n = ch.first[c + 1] - begin;
+  if (rows != nullptr) {
+    dispatch_axpy_rows(wt, rows + begin, n, coef, col_begin, col_end, dst);
+    return;
+  }
+  weight_view from = wt;  // rows begin .. : row k of the call is row begin + k
+  from.data = static_cast<const std::byte*>(wt.data) + begin * wt.row_stride;
+  from.rows = wt.rows - begin;
+  dispatch_axpy_rows(from, nullptr, n, coef + begin, col_begin, col_end, dst);
+}
+
+// y[i] += s_1[i], then s_2[i], ... for i in [begin, end) (partials: s_1, s_2, ... of `out` floats each).
+inline void add_chunk_sums(const row_chunks& ch, const float* partials, std::size_t out, std::size_t begin,
+                           std::size_t end, float* y) noexcept {
+  for (std::size_t c = 1; c < ch.count; ++c) {
+    const float* s = partials + (c - 1) * out;
+    for (std::size_t i = begin; i < end; ++i) y[i] += s[i];
+  }
+}
+
+// y[c] = Σ_k coef[row_k]·Wt[row_k, c] over every output column, on the executor's threads, in
+// the chunked order above; partials: axpy_partial_floats(wt) floats. On a thread pool (or the
+// calling thread) tasks take whole chunks, then columns for the sums; with executor::split
+// each thread takes its columns of every chunk (the same bits, no barrier needed).
 template <class Executor>
 void axpy_all_columns(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef, float* y,
-                      const Executor& ex) {
+                      float* partials, const Executor& ex) {
   const std::size_t out = wt.cols;
   const std::size_t tasks = axpy_task_count(out, ex.concurrency());
+  const row_chunks ch = cut_rows(wt.rows, rows, count);
+  if (ch.count > 1) partials = aligned_partials(partials);
+  const auto sum_of = [&](std::size_t c) { return c == 0 ? y : partials + (c - 1) * out; };
+  if (ch.count > 1 && !ex.splits_work()) {
+    ex.parallel_for(ch.count, [&](std::size_t c) { axpy_chunk(wt, rows, coef, ch, c, 0, out, sum_of(c)); });
+    ex.parallel_for(tasks, [&](std::size_t t) {
+      const column_range r = axpy_task_columns(out, tasks, t);
+      add_chunk_sums(ch, partials, out, r.begin, r.end, y);
+    });
+    return;
+  }
   ex.parallel_for(tasks, [&](std::size_t t) {
-    const column_range c = axpy_task_columns(out, tasks, t);
-    dispatch_axpy_rows(wt, rows, count, coef, c.begin, c.end, y);
+    const column_range r = axpy_task_columns(out, tasks, t);
+    for (std::size_t c = 0; c < ch.count; ++c) axpy_chunk(wt, rows, coef, ch, c, r.begin, r.end, sum_of(c));
+    add_chunk_sums(ch, partials, out, r.begin, r.end, y);
   });
 }
 
@@ -220,27 +312,30 @@ struct cpu_backend {
     if (!cpu::handles_gemv(a.wt.type)) return status::not_handled("cpu: row-axpy of this weight dtype is not built");
     return status::ok();
   }
-  // With coalesce_gap: the filled row list and the coefficients (0 for a filled-in row).
+  // The chunk sums of the row axpy (cpu::axpy_partial_floats: none below 2048 rows of Wt)
+  // and, with coalesce_gap, the coefficients (0 for a filled-in row) and the filled row list.
   [[nodiscard]] std::size_t workspace_size(const transposed_linear_args& a) const noexcept {
-    return coalescing(a.inputs) ? 2 * a.wt.rows * sizeof(float) : 0;
+    return (cpu::axpy_partial_floats(a.wt) + (coalescing(a.inputs) ? 2 * a.wt.rows : 0)) * sizeof(float);
   }
 
   status run(const transposed_linear_args& a, std::span<std::byte> workspace, executor_type& ex) const {
     if (const status s = can_implement(a); !s) return s;
     constexpr std::string_view where = "cpu::transposed_linear";
     check_arguments(a, where);
+    const std::size_t bytes = workspace_size(a);
+    float* const partials = bytes == 0 ? nullptr : scratch(workspace, bytes, where);
     if (coalescing(a.inputs)) {
       const std::size_t n = a.wt.rows;
-      float* const coef = scratch(workspace, workspace_size(a), where);
+      float* const coef = partials + cpu::axpy_partial_floats(a.wt);
       auto* const rows = reinterpret_cast<std::uint32_t*>(coef + n);
       const std::size_t count = cpu::coalesced_rows(a.inputs.indices, coalesce_gap, rows);
       for (std::size_t k = 0; k < count; ++k) coef[rows[k]] = 0.0F;
       for (const std::uint32_t j : a.inputs.indices) coef[j] = a.x[j];
-      cpu::axpy_all_columns(a.wt, rows, count, coef, a.y.data(), ex);
+      cpu::axpy_all_columns(a.wt, rows, count, coef, a.y.data(), partials, ex);
       return status::ok();
     }
     const std::uint32_t* rows = a.inputs.all ? nullptr : a.inputs.indices.data();
-    cpu::axpy_all_columns(a.wt, rows, a.inputs.count(a.wt.rows), a.x.data(), a.y.data(), ex);
+    cpu::axpy_all_columns(a.wt, rows, a.inputs.count(a.wt.rows), a.x.data(), a.y.data(), partials, ex);
     return status::ok();
   }
 
@@ -261,9 +356,10 @@ struct cpu_backend {
   }
   // --- y = W_down (act(W_gate x) ⊙ W_up x) over the kept neurons ----------------------------
   // Phase 1, on row tasks: u_k = W_up[j_k, :]·x for the kept neurons (a row gather; all rows
-  // when dense), g_k likewise unless gate_act is given, h_j = act(g_j)·u_j. Phase 2, on
-  // column tasks: y = Σ_k h_{j_k}·down_t[j_k, :] (a row axpy: one contiguous row per kept
-  // neuron), or, dense with only W_down given, y = W_down·h (a GEMV). The neuron-sparse path
+  // when dense), g_k likewise unless gate_act is given, h_j = act(g_j)·u_j. Phase 2: y =
+  // Σ_k h_{j_k}·down_t[j_k, :] (a row axpy: one contiguous row per kept neuron, in chunks of
+  // rows, cpu::axpy_all_columns), or, dense with only W_down given, y = W_down·h (a GEMV,
+  // row tasks). The neuron-sparse path
   // needs down_t; keep-all equals dense bit for bit because both run the same row kernels.
   // With int8_activations and q8_0 / q4_0 gate or up, x is quantized once, before phase 1,
   // and their rows run the integer GEMV (phase 2 stays f32).
@@ -282,8 +378,9 @@ struct cpu_backend {
     }
     return status::ok();
   }
-  // Workspace, from the front: the f32 scratch (u and g of the kept neurons, h for all d_ff
-  // neurons and, coalescing, the filled row list), then, on the int8 path, x quantized (d: f32
+  // Workspace, from the front: the f32 scratch (u and g of the kept neurons, or of all from
+  // the crossover on, h for all d_ff neurons, coalescing the filled row list, and the down
+  // projection's chunk sums), then, on the int8 path, x quantized (d: f32
   // per block, then q: int8 per value). Everything after the front is 4-byte aligned.
   [[nodiscard]] std::size_t workspace_size(const gated_ffn_args& a) const noexcept {
     return ffn_scratch_floats(a) * sizeof(float) + (ffn_quantizes_x(a) ? cpu::quantized_x_bytes(a.gate.cols) : 0);
@@ -351,12 +448,13 @@ struct cpu_backend {
         }
       }
     }
+    float* const partials = h + d_ff + filled_floats(a);  // the down projection's chunk sums
     if (coalesce) {
       auto* const filled = reinterpret_cast<std::uint32_t*>(h + d_ff);
       const std::size_t n = cpu::coalesced_rows(a.neurons.indices, coalesce_gap, filled);
-      cpu::axpy_all_columns(a.down_t, filled, n, h, a.y.data(), ex);
+      cpu::axpy_all_columns(a.down_t, filled, n, h, a.y.data(), partials, ex);
     } else if (sparse_down) {
-      cpu::axpy_all_columns(a.down_t, rows, phase1, h, a.y.data(), ex);
+      cpu::axpy_all_columns(a.down_t, rows, phase1, h, a.y.data(), partials, ex);
     } else {  // dense, W_down only: y = W_down·h
       cpu::gemv_all_rows(a.down, nullptr, a.down.rows, h, a.y.data(), ex);
     }
@@ -426,12 +524,25 @@ struct cpu_backend {
       }
     });
     if (!a.down_t.absent()) {  // y_i = Σ_j h_i[j] · down_t[j, :], tile by tile of columns
+      // In the decode FFN's chunked order (cpu::axpy_all_columns): chunk 0 into y_i, each
+      // later chunk into a tile-sized sum added in chunk order.
+      const cpu::row_chunks ch = cpu::cut_rows(d_ff, nullptr, d_ff);
       const std::size_t tiles = (d_model + cpu::axpy_column_quantum - 1) / cpu::axpy_column_quantum;
       ex.parallel_for(tiles, [&](std::size_t t) {
         const std::size_t c0 = t * cpu::axpy_column_quantum;
         const std::size_t c1 = std::min(c0 + cpu::axpy_column_quantum, d_model);
-        for (std::size_t i = 0; i < k; ++i)
-          cpu::dispatch_axpy_rows(a.down_t, nullptr, d_ff, h + i * d_ff, c0, c1, y + i * d_model);
+        weight_view tile = a.down_t;  // columns c0 .. c1 (c0 a multiple of 64: whole blocks)
+        tile.data = static_cast<const std::byte*>(a.down_t.data) + row_bytes(a.down_t.type, c0);
+        tile.cols = c1 - c0;
+        float sum[cpu::axpy_column_quantum];
+        for (std::size_t i = 0; i < k; ++i) {
+          float* const yi = y + i * d_model + c0;
+          cpu::axpy_chunk(tile, nullptr, h + i * d_ff, ch, 0, 0, c1 - c0, yi);
+          for (std::size_t c = 1; c < ch.count; ++c) {
+            cpu::axpy_chunk(tile, nullptr, h + i * d_ff, ch, c, 0, c1 - c0, sum);
+            for (std::size_t col = 0; col < c1 - c0; ++col) yi[col] += sum[col];
+          }
+        }
       });
     } else {  // y_i = W_down · h_i, groups of rows of W_down
       const std::size_t tasks = (d_model + cpu::gemv_rows_per_task - 1) / cpu::gemv_rows_per_task;
@@ -500,8 +611,12 @@ struct cpu_backend {
     const std::size_t d_ff = a.gate.rows;
     const std::size_t count = a.neurons.count(d_ff);
     const std::size_t phase1 = !a.neurons.all && count < d_ff && reads_all_rows(a, 0) ? d_ff : count;
-    const std::size_t filled = coalescing(a.neurons) && !a.down_t.absent() ? d_ff : 0;
-    return phase1 * (a.gate_act.empty() ? 2 : 1) + d_ff + filled;
+    const std::size_t partials = a.down_t.absent() ? 0 : cpu::axpy_partial_floats(a.down_t);
+    return phase1 * (a.gate_act.empty() ? 2 : 1) + d_ff + filled_floats(a) + partials;
+  }
+  // The filled row list of a coalescing neuron-sparse FFN (d_ff entries), else nothing.
+  [[nodiscard]] std::size_t filled_floats(const gated_ffn_args& a) const noexcept {
+    return coalescing(a.neurons) && !a.down_t.absent() ? a.gate.rows : 0;
   }
 
   // Checks that the workspace holds `bytes` and is 4-byte aligned.

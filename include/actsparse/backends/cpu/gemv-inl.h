@@ -276,7 +276,8 @@ HWY_INLINE void axpy_sweep(const T* const* HWY_RESTRICT w, const float* coef, co
 // k for k < count, in that order. Every output element is the chain acc = fma(Wt[j, c],
 // coef_j, acc) over j in order from acc = 0, whatever the target or the column split: the
 // same chain as the reference's input-sparse linear, so the two agree bit for bit on targets
-// with a fused multiply-add (see fused_multiply_add).
+// with a fused multiply-add (see fused_multiply_add). The backend calls this once per chunk
+// of Wt's rows and adds the chunk sums (cpu::axpy_all_columns); one chunk below 2048 rows.
 template <class T>
 HWY_NOINLINE void axpy_range(const weight_view& wt, const std::uint32_t* rows, std::size_t count,
                              const float* HWY_RESTRICT coef, std::size_t col_begin, std::size_t col_end,

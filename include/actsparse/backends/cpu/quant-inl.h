@@ -307,9 +307,9 @@ HWY_INLINE void axpy_block_rows(const B* const* HWY_RESTRICT w, const B* const* 
 // k < count, in that order; Wt of q8_0 / q4_0. col_begin and col_end must be multiples of 32
 // (whole blocks; the backend splits the columns so). Every output is the chain acc =
 // fma(float(q)·d, coef_j, acc) over j in order from acc = 0: the reference's transposed
-// linear, bit for bit where MulAdd is fused. block_rows_at_once rows per sweep; the rows of
-// a later sweep, about 8 KiB ahead, are prefetched (a row's share of a column range is a few
-// hundred bytes: the hardware prefetchers do not see it coming).
+// linear, bit for bit where MulAdd is fused (per chunk of rows: cpu::axpy_all_columns). block_rows_at_once rows per
+// sweep; the rows of a later sweep, about 8 KiB ahead, are prefetched (a row's share of a column range is a few hundred
+// bytes: the hardware prefetchers do not see it coming).
 template <class B>
 HWY_NOINLINE void axpy_block_range(const weight_view& wt, const std::uint32_t* rows, std::size_t count,
                                    const float* HWY_RESTRICT coef, std::size_t col_begin, std::size_t col_end,
