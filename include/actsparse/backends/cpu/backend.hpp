@@ -359,8 +359,8 @@ struct cpu_backend {
   // when dense), g_k likewise unless gate_act is given, h_j = act(g_j)·u_j. Phase 2: y =
   // Σ_k h_{j_k}·down_t[j_k, :] (a row axpy: one contiguous row per kept neuron, in chunks of
   // rows, cpu::axpy_all_columns), or, dense with only W_down given, y = W_down·h (a GEMV,
-  // row tasks). The neuron-sparse path
-  // needs down_t; keep-all equals dense bit for bit because both run the same row kernels.
+  // row tasks). The neuron-sparse path needs down_t; keep-all equals dense bit for bit
+  // because both run the same row kernels.
   // With int8_activations and q8_0 / q4_0 gate or up, x is quantized once, before phase 1,
   // and their rows run the integer GEMV (phase 2 stays f32).
   [[nodiscard]] status can_implement(const gated_ffn_args& a) const noexcept {
@@ -380,8 +380,8 @@ struct cpu_backend {
   }
   // Workspace, from the front: the f32 scratch (u and g of the kept neurons, or of all from
   // the crossover on, h for all d_ff neurons, coalescing the filled row list, and the down
-  // projection's chunk sums), then, on the int8 path, x quantized (d: f32
-  // per block, then q: int8 per value). Everything after the front is 4-byte aligned.
+  // projection's chunk sums), then, on the int8 path, x quantized (d: f32 per block, then q:
+  // int8 per value). Everything after the front is 4-byte aligned.
   [[nodiscard]] std::size_t workspace_size(const gated_ffn_args& a) const noexcept {
     return ffn_scratch_floats(a) * sizeof(float) + (ffn_quantizes_x(a) ? cpu::quantized_x_bytes(a.gate.cols) : 0);
   }
