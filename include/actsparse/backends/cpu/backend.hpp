@@ -192,6 +192,25 @@ inline void axpy_chunk(const weight_view& wt, const std::uint32_t* rows, const f
   dispatch_axpy_rows(from, nullptr, n, coef + begin, col_begin, col_end, dst);
 }
 
+// y[i] = s_0[i], then += s_1[i], s_2[i], ... for i in [col_begin, col_end) (whole blocks),
+// a chunk at a time: each later chunk's sums go to `sum` (col_end - col_begin floats; unused
+// with one chunk) and are added at once. The column form of the chunked order, for a task
+// that owns these columns.
+inline void axpy_chunks_in_columns(const weight_view& wt, const std::uint32_t* rows, const float* coef,
+                                   const row_chunks& ch, std::size_t col_begin, std::size_t col_end, float* y,
+                                   float* sum) {
+  weight_view columns = wt;  // columns col_begin .. col_end of every row
+  columns.data = static_cast<const std::byte*>(wt.data) + row_bytes(wt.type, col_begin);
+  columns.cols = col_end - col_begin;
+  const std::size_t n = col_end - col_begin;
+  float* const out = y + col_begin;
+  axpy_chunk(columns, rows, coef, ch, 0, 0, n, out);
+  for (std::size_t c = 1; c < ch.count; ++c) {
+    axpy_chunk(columns, rows, coef, ch, c, 0, n, sum);
+    for (std::size_t i = 0; i < n; ++i) out[i] += sum[i];
+  }
+}
+
 // y[i] += s_1[i], then s_2[i], ... for i in [begin, end) (partials: s_1, s_2, ... of `out` floats each).
 inline void add_chunk_sums(const row_chunks& ch, const float* partials, std::size_t out, std::size_t begin,
                            std::size_t end, float* y) noexcept {
@@ -221,10 +240,9 @@ void axpy_all_columns(const weight_view& wt, const std::uint32_t* rows, std::siz
     });
     return;
   }
-  ex.parallel_for(tasks, [&](std::size_t t) {
+  ex.parallel_for(tasks, [&](std::size_t t) {  // the task's share of the sums: its own columns
     const column_range r = axpy_task_columns(out, tasks, t);
-    for (std::size_t c = 0; c < ch.count; ++c) axpy_chunk(wt, rows, coef, ch, c, r.begin, r.end, sum_of(c));
-    add_chunk_sums(ch, partials, out, r.begin, r.end, y);
+    axpy_chunks_in_columns(wt, rows, coef, ch, r.begin, r.end, y, ch.count > 1 ? partials + r.begin : nullptr);
   });
 }
 
@@ -524,24 +542,15 @@ struct cpu_backend {
       }
     });
     if (!a.down_t.absent()) {  // y_i = Σ_j h_i[j] · down_t[j, :], tile by tile of columns
-      // In the decode FFN's chunked order (cpu::axpy_all_columns): chunk 0 into y_i, each
-      // later chunk into a tile-sized sum added in chunk order.
+      // In the decode FFN's chunked order (cpu::axpy_all_columns), the tile's column form.
       const cpu::row_chunks ch = cpu::cut_rows(d_ff, nullptr, d_ff);
       const std::size_t tiles = (d_model + cpu::axpy_column_quantum - 1) / cpu::axpy_column_quantum;
       ex.parallel_for(tiles, [&](std::size_t t) {
         const std::size_t c0 = t * cpu::axpy_column_quantum;
         const std::size_t c1 = std::min(c0 + cpu::axpy_column_quantum, d_model);
-        weight_view tile = a.down_t;  // columns c0 .. c1 (c0 a multiple of 64: whole blocks)
-        tile.data = static_cast<const std::byte*>(a.down_t.data) + row_bytes(a.down_t.type, c0);
-        tile.cols = c1 - c0;
         float sum[cpu::axpy_column_quantum];
         for (std::size_t i = 0; i < k; ++i) {
-          float* const yi = y + i * d_model + c0;
-          cpu::axpy_chunk(tile, nullptr, h + i * d_ff, ch, 0, 0, c1 - c0, yi);
-          for (std::size_t c = 1; c < ch.count; ++c) {
-            cpu::axpy_chunk(tile, nullptr, h + i * d_ff, ch, c, 0, c1 - c0, sum);
-            for (std::size_t col = 0; col < c1 - c0; ++col) yi[col] += sum[col];
-          }
+          cpu::axpy_chunks_in_columns(a.down_t, nullptr, h + i * d_ff, ch, c0, c1, y + i * d_model, sum);
         }
       });
     } else {  // y_i = W_down · h_i, groups of rows of W_down
