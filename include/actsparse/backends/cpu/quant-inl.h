@@ -108,23 +108,42 @@ HWY_INLINE void q4_nibbles(DF /*df*/, const block_q4_0* HWY_RESTRICT b, std::siz
   high = hn::BitCast(di, hn::ShiftRight<4>(bytes));
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The 32 entries of a q4_0 block looked up in `table` (16 f32 lanes, entry n for nibble n):
+// values [0, 16) from the low nibbles, [16, 32) from the high ones. vpermps reads only the
+// low 4 bits of each index, so the zero-extended bytes index the low nibbles as they are:
+// no mask (Highway's TableLookupLanes requires indices below 16, hence the intrinsics).
+// GCC 12 warns falsely on the intrinsics' undefined inputs (as in the integer kernels below).
+HWY_DIAGNOSTICS(push)
+#if HWY_COMPILER_GCC_ACTUAL
+HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
+HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
+#endif
+template <class V>
+HWY_INLINE void q4_lookup(V table, const block_q4_0* HWY_RESTRICT b, V& lo, V& hi) {
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));
+  lo = V{_mm512_permutexvar_ps(bytes, table.raw)};
+  hi = V{_mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table.raw)};
+}
+HWY_DIAGNOSTICS(pop)
+#endif
+
 // Values [offset, offset + lanes) (the low nibbles n of qs[offset ..]) and [16 + offset, 16 +
 // offset + lanes) (their high nibbles) of a q4_0 block as f32 nibble − 8, exact, not scaled.
 template <class DF>
 HWY_INLINE void q4_values(DF df, const block_q4_0* HWY_RESTRICT b, std::size_t offset, hn::Vec<DF>& lo,
                           hn::Vec<DF>& hi) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  (void)offset;  // 16 lanes: always 0
+  q4_lookup(hn::Iota(df, -8.0F), b, lo, hi);
+#else
   hn::Vec<hn::RebindToSigned<DF>> low;
   hn::Vec<hn::RebindToSigned<DF>> high;
   q4_nibbles(df, b, offset, low, high);
-  if constexpr (q4_by_table) {
-    const auto values = hn::Iota(df, -8.0F);
-    lo = hn::TableLookupLanes(values, hn::IndicesFromVec(df, low));
-    hi = hn::TableLookupLanes(values, hn::IndicesFromVec(df, high));
-  } else {
-    const auto eight = hn::Set(hn::RebindToSigned<DF>(), 8);
-    lo = hn::ConvertTo(df, hn::Sub(low, eight));
-    hi = hn::ConvertTo(df, hn::Sub(high, eight));
-  }
+  const auto eight = hn::Set(hn::RebindToSigned<DF>(), 8);
+  lo = hn::ConvertTo(df, hn::Sub(low, eight));
+  hi = hn::ConvertTo(df, hn::Sub(high, eight));
+#endif
 }
 
 // acc[r] += d_r · Σ_i q_r[i] · xb[i] over the 32 values of block b of each row r < R. The
@@ -270,12 +289,14 @@ HWY_INLINE void axpy_block_rows(const B* const* HWY_RESTRICT w, const B* const* 
       V lo = hn::LoadU(df, ob + o);
       V hi = hn::LoadU(df, ob + half_block + o);
       for (std::size_t r = 0; r < R; ++r) {
-        if constexpr (scaled_table) {  // the weights themselves, looked up
-          hn::Vec<hn::RebindToSigned<block_tag>> low;
-          hn::Vec<hn::RebindToSigned<block_tag>> high;
-          q4_nibbles(df, w[r] + b, o, low, high);
-          lo = hn::MulAdd(hn::TableLookupLanes(d[r], hn::IndicesFromVec(df, low)), c[r], lo);
-          hi = hn::MulAdd(hn::TableLookupLanes(d[r], hn::IndicesFromVec(df, high)), c[r], hi);
+        if constexpr (scaled_table) {  // the weights themselves, looked up (16 lanes: o = 0)
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+          V wlo;
+          V whi;
+          q4_lookup(d[r], w[r] + b, wlo, whi);
+          lo = hn::MulAdd(wlo, c[r], lo);
+          hi = hn::MulAdd(whi, c[r], hi);
+#endif
         } else {
           V qlo;
           V qhi;
