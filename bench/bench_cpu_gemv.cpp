@@ -3,7 +3,8 @@
 // cpu_backend::int8_activations),
 // dense and row-gather (output-sparse), and its input-sparse linear over a transposed
 // 11008 × 4096 weight (row axpy; a = the kept fraction of input channels), against the read bandwidth measured in the
-// same process, at 1 and 2 threads (a blocking thread_pool). Counters:
+// same process, at 1 and 2 threads (a blocking thread_pool), and each kernel's compute
+// ceiling (the `cache` rows, BM_cpu_ceiling). Counters:
 //   gbps           weight bytes that must be read / time (1e9 bytes per GB)
 //   pct_of_stream  gbps / the read bandwidth measured at the same thread count (a ratio)
 //   speedup        dense time / this time, dense interleaved in the same iterations
@@ -132,6 +133,68 @@ void BM_cpu_gemv(benchmark::State& state) {
   state.counters["pct_of_ideal"] = speedup / ideal;
 }
 
+// The compute ceiling: the dense call on the first 2048 rows of a matrix (1024 for f32; 4.5
+// MiB of q4_0 to 16 MiB of f32 or bf16) read again and again from the L3 cache, where memory
+// does not bound it, with the work cut as from DRAM (GEMV: 64-row tasks; row axpy: two chunks
+// of whole rows, except f32's one). In the same iterations, the dense call on the 11008-row
+// matrices from DRAM (11008 / 2048 = 5 cached calls read about the bytes of one). Counters:
+//   gbps              bytes / time of the cached calls
+//   pct_of_stream     gbps / the DRAM read bandwidth at the same thread count (below 1: the
+//                     kernel's arithmetic, not memory, bounds it from DRAM too)
+//   dram_gbps         bytes / time of the DRAM calls
+//   dram_of_ceiling   dram_gbps / gbps (near 1: compute-bound from DRAM)
+template <class T>
+constexpr std::size_t cache_rows = sizeof(T) == 4 ? 1024 : 2048;
+
+template <class T, bool Transposed>
+void BM_cpu_ceiling(benchmark::State& state) {
+  const matrices<T>& w = weights<T>();
+  const std::size_t per_row = cols / dtype_traits<T>::block_values;
+  const std::vector<T> small(w.m[0].begin(), w.m[0].begin() + static_cast<std::ptrdiff_t>(cache_rows<T> * per_row));
+  const weight_view cached = matrix_view<const T>::packed(small.data(), cache_rows<T>, cols);
+  const std::size_t calls = rows / cache_rows<T>;  // the bytes of one DRAM call, about
+  std::vector<float> x(Transposed ? rows : cols, 0.5F);
+  std::vector<float> y(Transposed ? cols : rows);
+  const cpu_backend cpu;
+  std::vector<std::byte> workspace(
+      Transposed ? cpu.workspace_size(transposed_linear_args{view_of(w.m[0]), x, y, subset::everything()})
+                 : cpu.workspace_size(gemv_args{view_of(w.m[0]), x, y, subset::everything()}));
+  cpu::thread_pool pool(static_cast<std::size_t>(state.range(0)));
+  cpu::executor ex(pool);
+  const auto dense_on = [&](const weight_view& m) {
+    const std::size_t n = m.rows;
+    if constexpr (Transposed) {
+      (void)cpu.run(transposed_linear_args{m, std::span<const float>(x.data(), n), y, subset::everything()}, workspace,
+                    ex);
+    } else {
+      (void)cpu.run(gemv_args{m, x, std::span<float>(y.data(), n), subset::everything()}, workspace, ex);
+    }
+  };
+  actsparse_bench::warm_up(w.m.size(), [&](std::size_t i) { dense_on(view_of(w.m[i])); });
+  std::size_t next = 0;
+  double dram_s = 0.0;
+  double cached_s = 0.0;
+  for (auto _ : state) {
+    const weight_view d = view_of(w.m[next]);
+    next = (next + 1) % w.m.size();
+    const auto run_dram = [&] { dense_on(d); };
+    const auto run_cached = [&] {
+      for (std::size_t c = 0; c < calls; ++c) dense_on(cached);
+    };
+    const double t = actsparse_bench::time_pair(state.iterations(), run_dram, run_cached, dram_s, cached_s);
+    benchmark::DoNotOptimize(y.data());
+    state.SetIterationTime(t);
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double row_b = static_cast<double>(row_bytes(dtype_traits<T>::type, cols));
+  const double gbps = row_b * static_cast<double>(cache_rows<T> * calls) * n / cached_s / 1e9;
+  const double dram_gbps = row_b * static_cast<double>(rows) * n / dram_s / 1e9;
+  state.counters["gbps"] = gbps;
+  state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, static_cast<unsigned>(state.range(0)));
+  state.counters["dram_gbps"] = dram_gbps;
+  state.counters["dram_of_ceiling"] = dram_gbps / gbps;
+}
+
 #define ACTSPARSE_CPU_GEMV_BENCH(T, label, threads)                  \
   BENCHMARK_TEMPLATE(BM_cpu_gemv, T, false)                          \
       ->Name("cpu_gemv/" label "/7b/t" #threads)                     \
@@ -144,6 +207,20 @@ void BM_cpu_gemv(benchmark::State& state) {
       ->Name("cpu_input_sparse_linear/" label "/7b_down/t" #threads) \
       ->ArgNames({"a_pct", "threads"})                               \
       ->ArgsProduct({{100, 75, 50, 25}, {threads}})                  \
+      ->UseManualTime()                                              \
+      ->MinTime(0.3)                                                 \
+      ->Unit(benchmark::kMillisecond);                               \
+  BENCHMARK_TEMPLATE(BM_cpu_ceiling, T, false)                       \
+      ->Name("cpu_gemv/" label "/cache/t" #threads)                  \
+      ->ArgNames({"threads"})                                        \
+      ->Arg(threads)                                                 \
+      ->UseManualTime()                                              \
+      ->MinTime(0.3)                                                 \
+      ->Unit(benchmark::kMillisecond);                               \
+  BENCHMARK_TEMPLATE(BM_cpu_ceiling, T, true)                        \
+      ->Name("cpu_input_sparse_linear/" label "/cache/t" #threads)   \
+      ->ArgNames({"threads"})                                        \
+      ->Arg(threads)                                                 \
       ->UseManualTime()                                              \
       ->MinTime(0.3)                                                 \
       ->Unit(benchmark::kMillisecond)
