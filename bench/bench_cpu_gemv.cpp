@@ -66,6 +66,35 @@ weight_view view_of(const std::vector<T>& m) {
   return matrix_view<const T>::packed(m.data(), rows, cols);
 }
 
+// The dense call of both benchmarks on an executor: y = W·x (GEMV) or y = Σ_j x_j·Wt[j, :]
+// (row axpy) over every row of m, which may have fewer rows than the 11008 the buffers hold.
+// The workspace (the GEMV's x quantized for q8_0 / q4_0, the row axpy's chunk sums) is sized
+// for the 11008-row matrices, the most any call needs.
+template <bool Transposed>
+struct dense_call {
+  const cpu_backend cpu{};
+  std::vector<float> x = std::vector<float>(Transposed ? rows : cols, 0.5F);
+  std::vector<float> y = std::vector<float>(Transposed ? cols : rows);
+  std::vector<std::byte> workspace;
+  cpu::thread_pool pool;
+  cpu::executor ex{pool};
+
+  dense_call(const weight_view& full, std::size_t threads)
+      : workspace(Transposed ? cpu.workspace_size(transposed_linear_args{full, x, y, subset::everything()})
+                             : cpu.workspace_size(gemv_args{full, x, y, subset::everything()})),
+        pool(threads) {}
+
+  void operator()(const weight_view& m) {
+    const std::size_t n = m.rows;
+    if constexpr (Transposed) {
+      (void)cpu.run(transposed_linear_args{m, std::span<const float>(x.data(), n), y, subset::everything()}, workspace,
+                    ex);
+    } else {
+      (void)cpu.run(gemv_args{m, x, std::span<float>(y.data(), n), subset::everything()}, workspace, ex);
+    }
+  }
+};
+
 // a = range(0) / 100 of the rows, random; a = 100 runs the dense path itself. Transposed:
 // the matrix is Wt [11008 inputs × 4096 outputs] of an input-sparse linear (TEAL, the down
 // projection's shape) and the kept rows are the kept input channels; otherwise it is W of a
@@ -80,25 +109,10 @@ void BM_cpu_gemv(benchmark::State& state) {
   for (std::uint32_t r = 0; r < rows; ++r) {
     if (keep(rng)) kept.push_back(r);
   }
-  std::vector<float> x(Transposed ? rows : cols, 0.5F);
-  std::vector<float> y_dense(Transposed ? cols : rows);
-  std::vector<float> y(y_dense.size());
-  const cpu_backend cpu;
-  // The workspace (the GEMV's x quantized for q8_0 / q4_0, the row axpy's chunk sums): the
-  // same size for every matrix.
-  std::vector<std::byte> workspace(
-      Transposed ? cpu.workspace_size(transposed_linear_args{view_of(w.m[0]), x, y_dense, subset::everything()})
-                 : cpu.workspace_size(gemv_args{view_of(w.m[0]), x, y_dense, subset::everything()}));
-  cpu::thread_pool pool(static_cast<std::size_t>(state.range(1)));
-  cpu::executor ex(pool);
   // The dense call on one matrix: the baseline of every iteration, and the warm-up.
-  const auto dense_on = [&](const weight_view& m) {
-    if constexpr (Transposed) {
-      (void)cpu.run(transposed_linear_args{m, x, y_dense, subset::everything()}, workspace, ex);
-    } else {
-      (void)cpu.run(gemv_args{m, x, y_dense, subset::everything()}, workspace, ex);
-    }
-  };
+  dense_call<Transposed> dense_on(view_of(w.m[0]), static_cast<std::size_t>(state.range(1)));
+  const std::vector<float>& x = dense_on.x;
+  std::vector<float> y(dense_on.y.size());
   actsparse_bench::warm_up(w.m.size(), [&](std::size_t i) { dense_on(view_of(w.m[i])); });
   std::size_t next = 0;
   double dense_s = 0.0;
@@ -111,9 +125,10 @@ void BM_cpu_gemv(benchmark::State& state) {
     const auto run_sparse = [&] {
       const subset which = a >= 1.0 ? subset::everything() : subset::only(kept);
       if constexpr (Transposed) {
-        (void)cpu.run(transposed_linear_args{s, x, y, which}, workspace, ex);
+        (void)dense_on.cpu.run(transposed_linear_args{s, x, y, which}, dense_on.workspace, dense_on.ex);
       } else {
-        (void)cpu.run(gemv_args{s, x, std::span<float>(y.data(), which.count(rows)), which}, workspace, ex);
+        (void)dense_on.cpu.run(gemv_args{s, x, std::span<float>(y.data(), which.count(rows)), which},
+                               dense_on.workspace, dense_on.ex);
       }
     };
     const double t = actsparse_bench::time_pair(state.iterations(), run_dense, run_sparse, dense_s, sparse_s);
@@ -153,23 +168,7 @@ void BM_cpu_ceiling(benchmark::State& state) {
   const std::vector<T> small(w.m[0].begin(), w.m[0].begin() + static_cast<std::ptrdiff_t>(cache_rows<T> * per_row));
   const weight_view cached = matrix_view<const T>::packed(small.data(), cache_rows<T>, cols);
   const std::size_t calls = rows / cache_rows<T>;  // the bytes of one DRAM call, about
-  std::vector<float> x(Transposed ? rows : cols, 0.5F);
-  std::vector<float> y(Transposed ? cols : rows);
-  const cpu_backend cpu;
-  std::vector<std::byte> workspace(
-      Transposed ? cpu.workspace_size(transposed_linear_args{view_of(w.m[0]), x, y, subset::everything()})
-                 : cpu.workspace_size(gemv_args{view_of(w.m[0]), x, y, subset::everything()}));
-  cpu::thread_pool pool(static_cast<std::size_t>(state.range(0)));
-  cpu::executor ex(pool);
-  const auto dense_on = [&](const weight_view& m) {
-    const std::size_t n = m.rows;
-    if constexpr (Transposed) {
-      (void)cpu.run(transposed_linear_args{m, std::span<const float>(x.data(), n), y, subset::everything()}, workspace,
-                    ex);
-    } else {
-      (void)cpu.run(gemv_args{m, x, std::span<float>(y.data(), n), subset::everything()}, workspace, ex);
-    }
-  };
+  dense_call<Transposed> dense_on(view_of(w.m[0]), static_cast<std::size_t>(state.range(0)));
   actsparse_bench::warm_up(w.m.size(), [&](std::size_t i) { dense_on(view_of(w.m[i])); });
   std::size_t next = 0;
   double dram_s = 0.0;
@@ -182,7 +181,7 @@ void BM_cpu_ceiling(benchmark::State& state) {
       for (std::size_t c = 0; c < calls; ++c) dense_on(cached);
     };
     const double t = actsparse_bench::time_pair(state.iterations(), run_dram, run_cached, dram_s, cached_s);
-    benchmark::DoNotOptimize(y.data());
+    benchmark::DoNotOptimize(dense_on.y.data());
     state.SetIterationTime(t);
   }
   const double n = static_cast<double>(state.iterations());
