@@ -84,13 +84,18 @@ struct dense_call {
                              : cpu.workspace_size(gemv_args{full, x, y, subset::everything()})),
         pool(threads) {}
 
+  // Any call of the backend (the sparse ones too) with this workspace and executor.
+  template <class Args>
+  void run(const Args& a) {
+    (void)cpu.run(a, workspace, ex);
+  }
+
   void operator()(const weight_view& m) {
     const std::size_t n = m.rows;
     if constexpr (Transposed) {
-      (void)cpu.run(transposed_linear_args{m, std::span<const float>(x.data(), n), y, subset::everything()}, workspace,
-                    ex);
+      run(transposed_linear_args{m, std::span<const float>(x.data(), n), y, subset::everything()});
     } else {
-      (void)cpu.run(gemv_args{m, x, std::span<float>(y.data(), n), subset::everything()}, workspace, ex);
+      run(gemv_args{m, x, std::span<float>(y.data(), n), subset::everything()});
     }
   }
 };
@@ -125,10 +130,9 @@ void BM_cpu_gemv(benchmark::State& state) {
     const auto run_sparse = [&] {
       const subset which = a >= 1.0 ? subset::everything() : subset::only(kept);
       if constexpr (Transposed) {
-        (void)dense_on.cpu.run(transposed_linear_args{s, x, y, which}, dense_on.workspace, dense_on.ex);
+        dense_on.run(transposed_linear_args{s, x, y, which});
       } else {
-        (void)dense_on.cpu.run(gemv_args{s, x, std::span<float>(y.data(), which.count(rows)), which},
-                               dense_on.workspace, dense_on.ex);
+        dense_on.run(gemv_args{s, x, std::span<float>(y.data(), which.count(rows)), which});
       }
     };
     const double t = actsparse_bench::time_pair(state.iterations(), run_dense, run_sparse, dense_s, sparse_s);
@@ -194,35 +198,30 @@ void BM_cpu_ceiling(benchmark::State& state) {
   state.counters["dram_of_ceiling"] = dram_gbps / gbps;
 }
 
+// Every row: manual time (the timed call only), at least 0.3 s, in milliseconds.
+void timed_ms(benchmark::internal::Benchmark* b) { b->UseManualTime()->MinTime(0.3)->Unit(benchmark::kMillisecond); }
+
 #define ACTSPARSE_CPU_GEMV_BENCH(T, label, threads)                  \
   BENCHMARK_TEMPLATE(BM_cpu_gemv, T, false)                          \
       ->Name("cpu_gemv/" label "/7b/t" #threads)                     \
       ->ArgNames({"a_pct", "threads"})                               \
       ->ArgsProduct({{100, 50, 25, 10}, {threads}})                  \
-      ->UseManualTime()                                              \
-      ->MinTime(0.3)                                                 \
-      ->Unit(benchmark::kMillisecond);                               \
+      ->Apply(timed_ms);                                             \
   BENCHMARK_TEMPLATE(BM_cpu_gemv, T, true)                           \
       ->Name("cpu_input_sparse_linear/" label "/7b_down/t" #threads) \
       ->ArgNames({"a_pct", "threads"})                               \
       ->ArgsProduct({{100, 75, 50, 25}, {threads}})                  \
-      ->UseManualTime()                                              \
-      ->MinTime(0.3)                                                 \
-      ->Unit(benchmark::kMillisecond);                               \
+      ->Apply(timed_ms);                                             \
   BENCHMARK_TEMPLATE(BM_cpu_ceiling, T, false)                       \
       ->Name("cpu_gemv/" label "/cache/t" #threads)                  \
       ->ArgNames({"threads"})                                        \
       ->Arg(threads)                                                 \
-      ->UseManualTime()                                              \
-      ->MinTime(0.3)                                                 \
-      ->Unit(benchmark::kMillisecond);                               \
+      ->Apply(timed_ms);                                             \
   BENCHMARK_TEMPLATE(BM_cpu_ceiling, T, true)                        \
       ->Name("cpu_input_sparse_linear/" label "/cache/t" #threads)   \
       ->ArgNames({"threads"})                                        \
       ->Arg(threads)                                                 \
-      ->UseManualTime()                                              \
-      ->MinTime(0.3)                                                 \
-      ->Unit(benchmark::kMillisecond)
+      ->Apply(timed_ms)
 
 ACTSPARSE_CPU_GEMV_BENCH(float, "f32", 1);
 ACTSPARSE_CPU_GEMV_BENCH(f16, "f16", 1);
