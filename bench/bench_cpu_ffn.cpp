@@ -31,6 +31,7 @@
 #include "read_bandwidth.hpp"
 
 #include <actsparse/backends/cpu/backend.hpp>
+#include <actsparse/backends/cpu/repack.hpp>
 #include <actsparse/core/quantize.hpp>
 #include <actsparse/ops/neuron_sparse_ffn.hpp>
 #include <actsparse/scorers/magnitude.hpp>
@@ -44,6 +45,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -61,7 +63,9 @@ constexpr shape qwen25_3b{"3b", 2048, 11008};
 
 template <class T>
 struct layer {
-  std::vector<T> gate, up, down_t;  // [d_ff × d_model] each
+  std::vector<T> gate, up, down_t;               // [d_ff × d_model] each
+  std::vector<T> down;                           // [d_model × d_ff]: with the interleaved copies only
+  std::vector<cpu::interleaved_weights> copies;  // gate, up and down interleaved (the q4_0_x16 rows), or none
 };
 
 template <class T>
@@ -83,10 +87,25 @@ std::size_t matrix_bytes(const shape& s) {
   return row_bytes(dtype_traits<T>::type, s.d_model) * s.d_ff;
 }
 
-// Enough layers (at least 3) that one pass over them streams past the last-level cache.
 template <class T>
-const layers<T>& weights(const shape& s) {
-  const std::string key = std::string("cpu_ffn/") + std::string(name(dtype_traits<T>::type)) + "/" + s.label;
+weight_view matrix_of(const std::vector<T>& v, std::size_t rows, std::size_t cols) {
+  return weight_view(v.data(), dtype_traits<T>::type, rows, cols, row_bytes(dtype_traits<T>::type, cols));
+}
+
+// The dtype's label in row names: q4_0_x16 for q4_0 with interleaved copies.
+template <class T>
+std::string label_of(bool interleaved) {
+  return std::string(name(dtype_traits<T>::type)) + (interleaved ? "_x16" : "");
+}
+
+// Enough layers (at least 3) that one pass over them streams past the last-level cache.
+// Interleaved (q4_0 only): each layer also holds W_down row-major and the interleaved copies
+// of gate, up and W_down (cpu::interleave_rows), which the dense reads (and the sparse FFN's
+// gate GEMV, and from its crossover on its up and down); down_t stays what gathers read.
+// W_down and down_t hold unrelated random values: only the time is measured here.
+template <class T>
+const layers<T>& weights(const shape& s, bool interleaved) {
+  const std::string key = "cpu_ffn/" + label_of<T>(interleaved) + "/" + s.label;
   return large_dataset::get<layers<T>>(key, [&] {
     const std::size_t one = 3 * matrix_bytes<T>(s);
     const std::size_t count = std::max<std::size_t>(3, (actsparse_bench::streaming_bytes() + one - 1) / one);
@@ -94,18 +113,31 @@ const layers<T>& weights(const shape& s) {
     first.gate = random_matrix<T>(s.d_ff, s.d_model, 1.0F / std::sqrt(static_cast<float>(s.d_model)), 1);
     first.up = random_matrix<T>(s.d_ff, s.d_model, 1.0F / std::sqrt(static_cast<float>(s.d_model)), 2);
     first.down_t = random_matrix<T>(s.d_ff, s.d_model, 1.0F / std::sqrt(static_cast<float>(s.d_ff)), 3);
+    if (interleaved) first.down = random_matrix<T>(s.d_model, s.d_ff, 1.0F / std::sqrt(static_cast<float>(s.d_ff)), 4);
     layers<T> out;
     out.l.assign(count, first);  // copies: distinct memory, same values
+    if constexpr (std::is_same_v<T, block_q4_0>) {
+      for (layer<T>& l : out.l) {
+        if (!interleaved) break;
+        l.copies.push_back(cpu::interleave_rows(matrix_of(l.gate, s.d_ff, s.d_model)));
+        l.copies.push_back(cpu::interleave_rows(matrix_of(l.up, s.d_ff, s.d_model)));
+        l.copies.push_back(cpu::interleave_rows(matrix_of(l.down, s.d_model, s.d_ff)));
+      }
+    }
     return out;
   });
 }
 
 template <class T>
 ffn_weights view_of(const layer<T>& l, const shape& s) {
-  const auto m = [&](const std::vector<T>& v) {
-    return weight_view(v.data(), dtype_traits<T>::type, s.d_ff, s.d_model, row_bytes(dtype_traits<T>::type, s.d_model));
-  };
-  return {activation::silu, m(l.gate), m(l.up), weight_view{}, m(l.down_t)};
+  ffn_weights w{activation::silu, matrix_of(l.gate, s.d_ff, s.d_model), matrix_of(l.up, s.d_ff, s.d_model),
+                weight_view{}, matrix_of(l.down_t, s.d_ff, s.d_model)};
+  if (!l.copies.empty()) {
+    w.gate = l.copies[0].view;
+    w.up = l.copies[1].view;
+    w.down = l.copies[2].view;
+  }
+  return w;
 }
 
 // A selector that keeps a fixed set (the clustered sets): the scores are ignored.
@@ -140,8 +172,8 @@ enum class set_kind { dense, random, clustered, coalesced, gathered };
 constexpr std::size_t coalesce_gap = 2;
 
 template <class T, set_kind Kind>
-void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads) {
-  const layers<T>& w = weights<T>(s);
+void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads, bool interleaved) {
+  const layers<T>& w = weights<T>(s, interleaved);
   const std::vector<float> x = actsparse_bench::random_floats(s.d_model, 1.0F, 7);
   std::vector<float> y(s.d_model);
   std::vector<float> y_dense(s.d_model);
@@ -222,27 +254,31 @@ constexpr double clustered_activities[] = {0.4, 0.1};
 constexpr double crossover_activities[] = {0.9, 0.8, 0.7};  // the gathered rows
 
 template <class T>
-void register_dtype(const shape& s, std::size_t threads) {
-  const std::string base = std::string("cpu_ffn/") + std::string(name(dtype_traits<T>::type)) + "/" + s.label + "/t" +
-                           std::to_string(threads) + "/";
+void register_dtype(const shape& s, std::size_t threads, bool interleaved = false) {
+  const std::string base = "cpu_ffn/" + label_of<T>(interleaved) + "/" + s.label + "/t" + std::to_string(threads) + "/";
   const auto common = [](benchmark::internal::Benchmark* b) {
     b->UseManualTime()->MinTime(0.3)->Unit(benchmark::kMillisecond);
   };
-  common(benchmark::RegisterBenchmark((base + "dense").c_str(), BM_cpu_ffn<T, set_kind::dense>, s, 1.0, threads));
+  common(benchmark::RegisterBenchmark((base + "dense").c_str(), BM_cpu_ffn<T, set_kind::dense>, s, 1.0, threads,
+                                      interleaved));
   char label[32];
   for (const double a : activities) {
     std::snprintf(label, sizeof label, "random_a%.2f", a);
-    common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::random>, s, a, threads));
+    common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::random>, s, a, threads,
+                                        interleaved));
   }
   for (const double a : crossover_activities) {
     std::snprintf(label, sizeof label, "gathered_a%.2f", a);
-    common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::gathered>, s, a, threads));
+    common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::gathered>, s, a, threads,
+                                        interleaved));
   }
   for (const double a : clustered_activities) {
     std::snprintf(label, sizeof label, "clustered_a%.2f", a);
-    common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::clustered>, s, a, threads));
+    common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::clustered>, s, a, threads,
+                                        interleaved));
     std::snprintf(label, sizeof label, "coalesced_a%.2f", a);
-    common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::coalesced>, s, a, threads));
+    common(benchmark::RegisterBenchmark((base + label).c_str(), BM_cpu_ffn<T, set_kind::coalesced>, s, a, threads,
+                                        interleaved));
   }
 }
 
@@ -254,6 +290,7 @@ void register_all() {
       register_dtype<bf16>(s, threads);
       register_dtype<block_q8_0>(s, threads);
       register_dtype<block_q4_0>(s, threads);
+      register_dtype<block_q4_0>(s, threads, true);
     }
   }
 }

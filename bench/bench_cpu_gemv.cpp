@@ -17,6 +17,7 @@
 #include "harness.hpp"
 #include "read_bandwidth.hpp"
 
+#include <actsparse/backends/cpu/repack.hpp>
 #include <actsparse/core/quantize.hpp>
 
 #include <benchmark/benchmark.h>
@@ -42,28 +43,46 @@ struct matrices {
 };
 
 template <class T>
+matrices<T> make_matrices() {
+  const std::size_t one = row_bytes(dtype_traits<T>::type, cols) * rows;
+  const std::size_t count = std::max<std::size_t>(2, (actsparse_bench::streaming_bytes() + one - 1) / one);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0F, 1.0F);
+  std::vector<float> row(cols);
+  const std::size_t per_row = cols / dtype_traits<T>::block_values;  // storage elements (values or blocks)
+  std::vector<T> first(rows * per_row);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = u(rng);
+    quantize_row(row.data(), first.data() + r * per_row, cols);
+  }
+  matrices<T> out;
+  out.m.assign(count, first);  // copies: distinct memory, same values
+  return out;
+}
+
+template <class T>
 const matrices<T>& weights() {
-  return large_dataset::get<matrices<T>>("cpu_gemv/" + std::string(name(dtype_traits<T>::type)), [] {
-    const std::size_t one = row_bytes(dtype_traits<T>::type, cols) * rows;
-    const std::size_t count = std::max<std::size_t>(2, (actsparse_bench::streaming_bytes() + one - 1) / one);
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<float> u(-1.0F, 1.0F);
-    std::vector<float> row(cols);
-    const std::size_t per_row = cols / dtype_traits<T>::block_values;  // storage elements (values or blocks)
-    std::vector<T> first(rows * per_row);
-    for (std::size_t r = 0; r < rows; ++r) {
-      for (float& v : row) v = u(rng);
-      quantize_row(row.data(), first.data() + r * per_row, cols);
-    }
-    matrices<T> out;
-    out.m.assign(count, first);  // copies: distinct memory, same values
-    return out;
-  });
+  return large_dataset::get<matrices<T>>("cpu_gemv/" + std::string(name(dtype_traits<T>::type)), make_matrices<T>);
 }
 
 template <class T>
 weight_view view_of(const std::vector<T>& m) {
   return matrix_view<const T>::packed(m.data(), rows, cols);
+}
+
+// The q4_0 matrices with their interleaved copies (cpu::interleave_rows; the views point at
+// both). One dataset, so that the large-data slot holds them together.
+struct interleaved_q4_0 {
+  matrices<block_q4_0> rowmajor;
+  std::vector<cpu::interleaved_weights> copies;
+};
+
+const interleaved_q4_0& interleaved_weights() {
+  return large_dataset::get<interleaved_q4_0>("cpu_gemv/q4_0_x16", [] {
+    interleaved_q4_0 out{make_matrices<block_q4_0>(), {}};
+    for (const auto& m : out.rowmajor.m) out.copies.push_back(cpu::interleave_rows(view_of(m)));
+    return out;
+  });
 }
 
 // The dense call of both benchmarks on an executor: y = W·x (GEMV) or y = Σ_j x_j·Wt[j, :]
@@ -165,21 +184,18 @@ void BM_cpu_gemv(benchmark::State& state) {
 template <class T>
 constexpr std::size_t cache_rows = sizeof(T) == 4 ? 1024 : 2048;
 
-template <class T, bool Transposed>
-void BM_cpu_ceiling(benchmark::State& state) {
-  const matrices<T>& w = weights<T>();
-  const std::size_t per_row = cols / dtype_traits<T>::block_values;
-  const std::vector<T> small(w.m[0].begin(), w.m[0].begin() + static_cast<std::ptrdiff_t>(cache_rows<T> * per_row));
-  const weight_view cached = matrix_view<const T>::packed(small.data(), cache_rows<T>, cols);
-  const std::size_t calls = rows / cache_rows<T>;  // the bytes of one DRAM call, about
-  dense_call<Transposed> dense_on(view_of(w.m[0]), static_cast<std::size_t>(state.range(0)));
-  actsparse_bench::warm_up(w.m.size(), [&](std::size_t i) { dense_on(view_of(w.m[i])); });
+// The loop of both ceiling benchmarks: `dram` the 11008-row matrices, `cached` the small one.
+template <bool Transposed>
+void ceiling_loop(benchmark::State& state, const std::vector<weight_view>& dram, const weight_view& cached) {
+  const std::size_t calls = rows / cached.rows;  // the bytes of one DRAM call, about
+  dense_call<Transposed> dense_on(dram[0], static_cast<std::size_t>(state.range(0)));
+  actsparse_bench::warm_up(dram.size(), [&](std::size_t i) { dense_on(dram[i]); });
   std::size_t next = 0;
   double dram_s = 0.0;
   double cached_s = 0.0;
   for (auto _ : state) {
-    const weight_view d = view_of(w.m[next]);
-    next = (next + 1) % w.m.size();
+    const weight_view d = dram[next];
+    next = (next + 1) % dram.size();
     const auto run_dram = [&] { dense_on(d); };
     const auto run_cached = [&] {
       for (std::size_t c = 0; c < calls; ++c) dense_on(cached);
@@ -189,13 +205,68 @@ void BM_cpu_ceiling(benchmark::State& state) {
     state.SetIterationTime(t);
   }
   const double n = static_cast<double>(state.iterations());
-  const double row_b = static_cast<double>(row_bytes(dtype_traits<T>::type, cols));
-  const double gbps = row_b * static_cast<double>(cache_rows<T> * calls) * n / cached_s / 1e9;
+  const double row_b = static_cast<double>(row_bytes(cached.type, cols));
+  const double gbps = row_b * static_cast<double>(cached.rows * calls) * n / cached_s / 1e9;
   const double dram_gbps = row_b * static_cast<double>(rows) * n / dram_s / 1e9;
   state.counters["gbps"] = gbps;
   state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, static_cast<unsigned>(state.range(0)));
   state.counters["dram_gbps"] = dram_gbps;
   state.counters["dram_of_ceiling"] = dram_gbps / gbps;
+}
+
+template <class T, bool Transposed>
+void BM_cpu_ceiling(benchmark::State& state) {
+  const matrices<T>& w = weights<T>();
+  const std::size_t per_row = cols / dtype_traits<T>::block_values;
+  const std::vector<T> small(w.m[0].begin(), w.m[0].begin() + static_cast<std::ptrdiff_t>(cache_rows<T> * per_row));
+  std::vector<weight_view> dram;
+  for (const auto& m : w.m) dram.push_back(view_of(m));
+  ceiling_loop<Transposed>(state, dram, matrix_view<const T>::packed(small.data(), cache_rows<T>, cols));
+}
+
+// The same for the q4_0 GEMV from interleaved copies (cpu_gemv/q4_0_x16/cache).
+void BM_cpu_ceiling_interleaved(benchmark::State& state) {
+  const interleaved_q4_0& w = interleaved_weights();
+  const std::size_t per_row = cols / qk4_0;
+  const std::vector<block_q4_0> small(w.rowmajor.m[0].begin(),
+                                      w.rowmajor.m[0].begin() + static_cast<std::ptrdiff_t>(2048 * per_row));
+  const cpu::interleaved_weights cached =
+      cpu::interleave_rows(matrix_view<const block_q4_0>::packed(small.data(), 2048, cols));
+  std::vector<weight_view> dram;
+  for (const auto& c : w.copies) dram.push_back(c.view);
+  ceiling_loop<false>(state, dram, cached.view);
+}
+
+// The dense q4_0 GEMV from the interleaved copies against the row-major one, interleaved in
+// the same iterations: gbps and pct_of_stream of the copies, rowmajor_gbps, and speedup =
+// row-major time / interleaved time.
+void BM_cpu_gemv_interleaved(benchmark::State& state) {
+  const interleaved_q4_0& w = interleaved_weights();
+  const std::size_t count = w.copies.size();
+  dense_call<false> on(view_of(w.rowmajor.m[0]), static_cast<std::size_t>(state.range(0)));
+  actsparse_bench::warm_up(count, [&](std::size_t i) {
+    on(view_of(w.rowmajor.m[i]));
+    on(w.copies[i].view);
+  });
+  std::size_t next = 0;
+  double rowmajor_s = 0.0;
+  double interleaved_s = 0.0;
+  for (auto _ : state) {
+    const weight_view r = view_of(w.rowmajor.m[next]);
+    const weight_view c = w.copies[(next + 1) % count].view;
+    next = (next + 2) % count;
+    const double t = actsparse_bench::time_pair(
+        state.iterations(), [&] { on(r); }, [&] { on(c); }, rowmajor_s, interleaved_s);
+    benchmark::DoNotOptimize(on.y.data());
+    state.SetIterationTime(t);
+  }
+  const double bytes =
+      static_cast<double>(row_bytes(dtype::q4_0, cols) * rows) * static_cast<double>(state.iterations());
+  const double gbps = bytes / interleaved_s / 1e9;
+  state.counters["gbps"] = gbps;
+  state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, static_cast<unsigned>(state.range(0)));
+  state.counters["rowmajor_gbps"] = bytes / rowmajor_s / 1e9;
+  state.counters["speedup"] = rowmajor_s / interleaved_s;
 }
 
 // Every row: manual time (the timed call only), at least 0.3 s, in milliseconds.
@@ -233,6 +304,13 @@ ACTSPARSE_CPU_GEMV_BENCH(block_q8_0, "q8_0", 1);
 ACTSPARSE_CPU_GEMV_BENCH(block_q4_0, "q4_0", 1);
 ACTSPARSE_CPU_GEMV_BENCH(block_q8_0, "q8_0", 2);
 ACTSPARSE_CPU_GEMV_BENCH(block_q4_0, "q4_0", 2);
+
+#define ACTSPARSE_CPU_INTERLEAVED_BENCH(threads)                                                              \
+  BENCHMARK(BM_cpu_gemv_interleaved)->Name("cpu_gemv/q4_0_x16/7b/t" #threads)->Arg(threads)->Apply(timed_ms); \
+  BENCHMARK(BM_cpu_ceiling_interleaved)->Name("cpu_gemv/q4_0_x16/cache/t" #threads)->Arg(threads)->Apply(timed_ms)
+
+ACTSPARSE_CPU_INTERLEAVED_BENCH(1);
+ACTSPARSE_CPU_INTERLEAVED_BENCH(2);
 
 }  // namespace
 

@@ -56,9 +56,33 @@ void dispatch_quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, flo
 void dispatch_gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
                             const std::int8_t* xq, const float* xd, float* y);
 
-// Bytes of x quantized (n values): d (f32, one per 32 values), then q (int8, one per value).
+// y[k] = W[k, :]·x for k in [begin, end) (begin a multiple of 16), from W's interleaved
+// copy (weight_view::interleaved, q4_0 only; else an error) on quantized x, with xc[b] =
+// −8·Σ_{i in block b} xq[i] (interleaved_corrections). Per row: acc = acc + float(D_b)·(d_w·
+// d_x) over the blocks in order, D_b the exact int32 dot product, so a row's bits do not
+// depend on the row range. Defined by implementation.hpp.
+void dispatch_gemv_rows_interleaved(const weight_view& w, std::size_t begin, std::size_t end, const std::int8_t* xq,
+                                    const float* xd, const std::int32_t* xc, float* y);
+
+// Bytes of x quantized (n values): d (f32, one per 32 values), then q (int8, one per value),
+// then the interleaved GEMV's corrections (int32, one per 32 values).
 [[nodiscard]] constexpr std::size_t quantized_x_bytes(std::size_t n) noexcept {
-  return (n + 31) / 32 * sizeof(float) + n;
+  return (n + 31) / 32 * (sizeof(float) + sizeof(std::int32_t)) + n;
+}
+
+// xc[b] = −8·Σ_{i < 32} xq[32b + i] for the blocks b < n / 32: the q4_0 nibbles n = q + 8
+// enter the interleaved GEMV's integer dot products as they are, and this takes the 8 back.
+inline void interleaved_corrections(const std::int8_t* xq, std::size_t n, std::int32_t* xc) noexcept {
+  for (std::size_t b = 0; b < n / 32; ++b) {
+    std::int32_t sum = 0;
+    for (std::size_t i = 0; i < 32; ++i) sum += xq[32 * b + i];
+    xc[b] = -8 * sum;
+  }
+}
+
+// Whether the dense integer GEMV of w reads its interleaved copy.
+[[nodiscard]] inline bool has_interleaved(const weight_view& w) noexcept {
+  return w.interleaved != nullptr && w.type == dtype::q4_0;
 }
 
 // Rows per task: the fixed work partition (results do not depend on how tasks are run).
@@ -73,6 +97,19 @@ void gemv_all_rows(const weight_view& w, const std::uint32_t* rows, std::size_t 
     const std::size_t begin = t * gemv_rows_per_task;
     const std::size_t end = begin + gemv_rows_per_task < count ? begin + gemv_rows_per_task : count;
     dispatch_gemv_rows(w, rows, begin, end, x, y);
+  });
+}
+
+// The same from W's interleaved copy (dispatch_gemv_rows_interleaved; every row), the same
+// fixed tasks (64 rows: whole groups of 16).
+template <class Executor>
+void gemv_all_rows_interleaved(const weight_view& w, const std::int8_t* xq, const float* xd, const std::int32_t* xc,
+                               float* y, const Executor& ex) {
+  const std::size_t tasks = (w.rows + gemv_rows_per_task - 1) / gemv_rows_per_task;
+  ex.parallel_for(tasks, [&](std::size_t t) {
+    const std::size_t begin = t * gemv_rows_per_task;
+    const std::size_t end = begin + gemv_rows_per_task < w.rows ? begin + gemv_rows_per_task : w.rows;
+    dispatch_gemv_rows_interleaved(w, begin, end, xq, xd, xc, y);
   });
 }
 
@@ -296,16 +333,18 @@ struct cpu_backend {
   std::size_t coalesce_gap = 0;
 
   // GEMV option for q8_0 / q4_0 weights (gemv_args, and the up and gate rows of the gated
-  // FFN): true (default) quantizes x once per call to 8-bit blocks (per 32 values d_x =
-  // max|x|/127 in f32, q_x = round(x/d_x) in int8; cpu::dispatch_quantize_q8_0_x) and runs
-  // integer dot products, as ggml does: per block the exact int32 Σ q_w·q_x, times d_w·d_x.
-  // Much less work per weight byte than dequantizing; the result carries x's quantization
-  // error, |x_i − d_x·q_x,i| <= d_x/2 per value, i.e. per row about Σ_b |d_w|·Σ_i |q_w,i|·d_x/2
-  // (tests/unit/test_cpu_quant.cpp states the whole bound). false keeps the f32 path: blocks
-  // dequantized exactly and multiplied by f32 x (within f32 rounding of the reference). The
-  // row axpy (transposed_linear_args, the FFN's down_t) is f32 either way. With the option
-  // the call needs a workspace (workspace_size) for the quantized x; with executor::split
-  // every calling thread quantizes x into its own, so each needs its own workspace.
+  // FFN, and its down projection from an interleaved W_down): true (default) quantizes x once per call to 8-bit blocks
+  // (per 32 values d_x = max|x|/127 in f32, q_x = round(x/d_x) in int8; cpu::dispatch_quantize_q8_0_x) and runs integer
+  // dot products, as ggml does: per block the exact int32 Σ q_w·q_x, times d_w·d_x. Much less work per weight byte than
+  // dequantizing; the result carries x's quantization error, |x_i − d_x·q_x,i| <= d_x/2 per value, i.e. per row about
+  // Σ_b |d_w|·Σ_i |q_w,i|·d_x/2 (tests/unit/test_cpu_quant.cpp states the whole bound). false keeps the f32 path:
+  // blocks dequantized exactly and multiplied by f32 x (within f32 rounding of the reference). The row axpy
+  // (transposed_linear_args, the FFN's down_t) is f32 either way. With the option the call needs a workspace
+  // (workspace_size) for the quantized x; with executor::split every calling thread quantizes x into its own, so each
+  // needs its own workspace. A q4_0 weight with an interleaved copy (weight_view::interleaved, cpu::interleave_rows)
+  // has its dense GEMVs on this path read the copy (cpu::dispatch_gemv_rows_interleaved):
+  // the same products, summed per block in one chain per row, at about twice the speed where
+  // the row-major kernel is bound by its arithmetic. Row gathers read the row-major blocks.
   bool int8_activations = true;
 
   // Gated FFN crossover: with at least this fraction of the d_ff neurons kept, the
@@ -361,12 +400,19 @@ struct cpu_backend {
     if (const status s = can_implement(a); !s) return s;
     constexpr std::string_view where = "cpu::gemv";
     check_arguments(a, where);
-    const std::uint32_t* rows = a.rows.all ? nullptr : a.rows.indices.data();
     const std::size_t count = a.rows.count(a.w.rows);
+    // Every row listed (strictly increasing: 0 .. rows-1) runs as dense: the same bits.
+    const bool dense = a.rows.all || count == a.w.rows;
+    const std::uint32_t* rows = dense ? nullptr : a.rows.indices.data();
     if (int8_path(a.w.type)) {
       check_workspace(workspace, workspace_size(a), where);
-      const quantized_x q = quantize_x(a.x, workspace.data());
-      cpu::gemv_all_rows_q8x(a.w, rows, count, q.q, q.d, a.y.data(), ex);
+      const bool interleaved = dense && cpu::has_interleaved(a.w);
+      const quantized_x q = quantize_x(a.x, workspace.data(), interleaved);
+      if (interleaved) {
+        cpu::gemv_all_rows_interleaved(a.w, q.q, q.d, q.c, a.y.data(), ex);
+      } else {
+        cpu::gemv_all_rows_q8x(a.w, rows, count, q.q, q.d, a.y.data(), ex);
+      }
       return status::ok();
     }
     cpu::gemv_all_rows(a.w, rows, count, a.x.data(), a.y.data(), ex);
@@ -380,7 +426,10 @@ struct cpu_backend {
   // row tasks). The neuron-sparse path needs down_t; keep-all equals dense bit for bit
   // because both run the same row kernels.
   // With int8_activations and q8_0 / q4_0 gate or up, x is quantized once, before phase 1,
-  // and their rows run the integer GEMV (phase 2 stays f32).
+  // and their rows run the integer GEMV (phase 2 stays f32). Interleaved q4_0 weights
+  // (weight_view::interleaved): gate and up read their copy wherever every row is read (dense,
+  // and from the crossover on); a W_down given with an interleaved copy makes phase 2 of those
+  // cases y = W_down·h on h quantized (the interleaved GEMV), even when down_t is given too.
   [[nodiscard]] status can_implement(const gated_ffn_args& a) const noexcept {
     if (!cpu::handles_gemv(a.gate.type) || !cpu::handles_gemv(a.up.type)) {
       return status::not_handled("cpu: gate / up dtype not handled");
@@ -398,10 +447,11 @@ struct cpu_backend {
   }
   // Workspace, from the front: the f32 scratch (u and g of the kept neurons, or of all from
   // the crossover on, h for all d_ff neurons, coalescing the filled row list, and the down
-  // projection's chunk sums), then, on the int8 path, x quantized (d: f32 per block, then q:
-  // int8 per value). Everything after the front is 4-byte aligned.
+  // projection's chunk sums), then, on the int8 path, x quantized (cpu::quantized_x_bytes),
+  // then, with an interleaved W_down, h quantized. Everything after the front is 4-byte aligned.
   [[nodiscard]] std::size_t workspace_size(const gated_ffn_args& a) const noexcept {
-    return ffn_scratch_floats(a) * sizeof(float) + (ffn_quantizes_x(a) ? cpu::quantized_x_bytes(a.gate.cols) : 0);
+    return ffn_scratch_floats(a) * sizeof(float) + (ffn_quantizes_x(a) ? cpu::quantized_x_bytes(a.gate.cols) : 0) +
+           (down_interleaved(a) ? cpu::quantized_x_bytes(a.gate.rows) : 0);
   }
   status run(const gated_ffn_args& a, std::span<std::byte> workspace, executor_type& ex) const {
     if (const status s = can_implement(a); !s) return s;
@@ -422,8 +472,10 @@ struct cpu_backend {
     // index reads. From read_all_from kept (the crossover) every row is read, dense, and the
     // dropped neurons' h set to 0 before the down projection. Below it the kept rows are
     // gathered.
-    const std::uint32_t* kept = a.neurons.all || count == d_ff ? nullptr : a.neurons.indices.data();
-    const bool read_all = kept != nullptr && reads_all_rows(a, ex.concurrency());
+    const bool all_neurons = a.neurons.all || count == d_ff;
+    const std::uint32_t* kept = all_neurons ? nullptr : a.neurons.indices.data();
+    const bool read_all = !all_neurons && reads_all_rows(a, ex.concurrency());
+    const bool every_row = all_neurons || read_all;  // phase 1 reads every row of up (and gate)
     const std::uint32_t* rows = read_all ? nullptr : kept;
     const std::size_t phase1 = read_all ? d_ff : count;  // rows of up (and gate) computed
     float* const u = scratch(workspace, workspace_size(a), where);
@@ -435,10 +487,13 @@ struct cpu_backend {
     if (coalesce) {
       for (std::size_t j = 0; j < d_ff; ++j) h[j] = 0.0F;  // the filled-in rows add 0
     }
+    std::byte* const quantized = workspace.data() + ffn_scratch_floats(a) * sizeof(float);
     quantized_x q{};
-    if (ffn_quantizes_x(a)) q = quantize_x(a.x, workspace.data() + ffn_scratch_floats(a) * sizeof(float));
+    if (ffn_quantizes_x(a)) q = quantize_x(a.x, quantized, every_row);
     const auto gemv_rows = [&](const weight_view& w, std::size_t begin, std::size_t end, float* out) {
-      if (int8_path(w.type)) {
+      if (int8_path(w.type) && every_row && cpu::has_interleaved(w)) {
+        cpu::dispatch_gemv_rows_interleaved(w, begin, end, q.q, q.d, q.c, out);
+      } else if (int8_path(w.type)) {
         cpu::dispatch_gemv_rows_q8x(w, rows, begin, end, q.q, q.d, out);
       } else {
         cpu::dispatch_gemv_rows(w, rows, begin, end, a.x.data(), out);
@@ -467,7 +522,11 @@ struct cpu_backend {
       }
     }
     float* const partials = h + d_ff + filled_floats(a);  // the down projection's chunk sums
-    if (coalesce) {
+    if (every_row && down_interleaved(a)) {               // y = W_down·h from its interleaved copy
+      std::byte* const at = quantized + (ffn_quantizes_x(a) ? cpu::quantized_x_bytes(a.x.size()) : 0);
+      const quantized_x qh = quantize_x({h, d_ff}, at, true);
+      cpu::gemv_all_rows_interleaved(a.down, qh.q, qh.d, qh.c, a.y.data(), ex);
+    } else if (coalesce) {
       auto* const filled = reinterpret_cast<std::uint32_t*>(h + d_ff);
       const std::size_t n = cpu::coalesced_rows(a.neurons.indices, coalesce_gap, filled);
       cpu::axpy_all_columns(a.down_t, filled, n, h, a.y.data(), partials, ex);
@@ -595,17 +654,25 @@ struct cpu_backend {
     return int8_path(a.up.type) || (a.gate_act.empty() && int8_path(a.gate.type));
   }
 
+  // Whether the gated FFN's dense down projection reads W_down's interleaved copy.
+  [[nodiscard]] bool down_interleaved(const gated_ffn_args& a) const noexcept {
+    return int8_activations && !a.down.absent() && cpu::has_interleaved(a.down);
+  }
+
   struct quantized_x {
     const std::int8_t* q = nullptr;
     const float* d = nullptr;
+    const std::int32_t* c = nullptr;  // the interleaved GEMV's corrections, when asked for
   };
   // Quantizes x into the workspace at `at` (4-byte aligned, quantized_x_bytes(x.size()) long:
-  // the caller checked): d first, then q.
-  static quantized_x quantize_x(std::span<const float> x, std::byte* at) {
+  // the caller checked): d first, then q, then (corrections) the interleaved GEMV's xc.
+  static quantized_x quantize_x(std::span<const float> x, std::byte* at, bool corrections = false) {
     auto* const d = reinterpret_cast<float*>(at);
     auto* const q = reinterpret_cast<std::int8_t*>(d + x.size() / 32);
+    auto* const c = reinterpret_cast<std::int32_t*>(q + x.size());
     cpu::dispatch_quantize_q8_0_x(x.data(), x.size(), q, d);
-    return {q, d};
+    if (corrections) cpu::interleaved_corrections(q, x.size(), c);
+    return {q, d, c};
   }
 
   [[nodiscard]] bool token_quantizes_x(const token_ffn_args& a) const noexcept {
