@@ -528,6 +528,9 @@ TEST_CASE(
     const std::vector<float> x = random_vector(d_model, rng);
     std::vector<float> y(d_model);
     const std::vector<std::uint32_t> kept = random_subset(d_ff, 0.3, rng);
+    std::vector<std::uint32_t> most = random_subset(d_ff, 0.7, rng);
+    while (most.size() < d_ff * 6 / 10) most = random_subset(d_ff, 0.7, rng);
+    REQUIRE(kept.size() < d_ff * 35 / 100);
     const auto with = [&](subset neurons) {
       return gated_ffn_args{activation::silu, gate.view, up.view, down.view, x, y, neurons, {}, f.down_t.view};
     };
@@ -571,6 +574,9 @@ TEST_CASE(
       cpu_backend all_rows;
       all_rows.read_all_from = 0.2;
       CHECK(same_bits(run_cpu(with(subset::only(kept)), {}, all_rows), composed(&kept)));
+      // The default crossover with copies of up and W_down (0.4 / 0.35 kept: below the
+      // row-major one): 0.6 kept reads every row, 0.3 (above) gathers.
+      CHECK(same_bits(run_cpu(with(subset::only(most))), composed(&most)));
       // Without int8_activations the copies are not read: the f32 path of the plain weights.
       cpu_backend f32_path;
       f32_path.int8_activations = false;

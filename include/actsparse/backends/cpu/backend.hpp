@@ -291,8 +291,15 @@ void axpy_all_columns(const weight_view& wt, const std::uint32_t* rows, std::siz
 // was 0.98-1.07x dense for f32, about 1.0x for f16 / bf16 at one thread and q8_0, 0.88-1.08x
 // for f16 / bf16 at two threads, 0.86-1.01x for q4_0; at 0.8 0.87-1.04x for q4_0; at 0.7
 // 0.93-1.20x. Reading every row costs what dense does plus the scoring and selection.
-[[nodiscard]] constexpr double measured_read_all_from(dtype up, std::size_t threads) noexcept {
+// interleaved: q4_0 up and W_down with interleaved copies (weight_view::interleaved), so that
+// reading every row runs the interleaved GEMVs, 1.2-1.7x the row-major dense. Measured the
+// same way (bench_cpu_ffn q4_0_x16 gathered_a* rows, 7b / 3b): the gather was 0.80-0.86x dense
+// at 0.6, 0.91 at 0.5, 1.01-1.06 at 0.4, 1.15 at 0.3 at one thread; at two 0.76-0.82 at 0.5,
+// 0.92-1.00 at 0.4, 1.07-1.13 at 0.3.
+[[nodiscard]] constexpr double measured_read_all_from(dtype up, std::size_t threads,
+                                                      bool interleaved = false) noexcept {
   const bool one = threads <= 1;
+  if (interleaved && up == dtype::q4_0) return one ? 0.4 : 0.35;
   switch (up) {
     case dtype::f32:
       return 0.95;
@@ -307,9 +314,9 @@ void axpy_all_columns(const weight_view& wt, const std::uint32_t* rows, std::siz
   return 1.0;
 }
 // The smallest of them over thread counts (what the workspace is sized for).
-[[nodiscard]] constexpr double lowest_read_all_from(dtype up) noexcept {
-  const double one = measured_read_all_from(up, 1);
-  const double more = measured_read_all_from(up, 2);
+[[nodiscard]] constexpr double lowest_read_all_from(dtype up, bool interleaved = false) noexcept {
+  const double one = measured_read_all_from(up, 1, interleaved);
+  const double more = measured_read_all_from(up, 2, interleaved);
   return one < more ? one : more;
 }
 
@@ -352,7 +359,8 @@ struct cpu_backend {
   // down_t, as dense does, with h = 0 for the dropped neurons, instead of gathering the kept
   // rows. The result is the sparse one but for the sign of an exact zero (acc + 0·w; dropped
   // rows must hold finite values, 0·Inf is NaN). Unset (default): the measured crossover for
-  // the dtype of W_up and the executor's thread count (cpu::measured_read_all_from). Set: a
+  // the dtype of W_up, whether W_up and W_down carry interleaved copies, and the executor's
+  // thread count (cpu::measured_read_all_from). Set: a
   // fraction in (0, 1]; 1 reads every row only when every neuron is kept (as dense does anyway).
   std::optional<double> read_all_from;
 
@@ -638,9 +646,10 @@ struct cpu_backend {
   // threads (read_all_from); with threads 0, whether it may on some thread count.
   [[nodiscard]] bool reads_all_rows(const gated_ffn_args& a, std::size_t threads) const noexcept {
     if (a.down_t.absent()) return false;
+    const bool interleaved = int8_activations && cpu::has_interleaved(a.up) && down_interleaved(a);
     const double from = read_all_from  ? *read_all_from
-                        : threads == 0 ? cpu::lowest_read_all_from(a.up.type)
-                                       : cpu::measured_read_all_from(a.up.type, threads);
+                        : threads == 0 ? cpu::lowest_read_all_from(a.up.type, interleaved)
+                                       : cpu::measured_read_all_from(a.up.type, threads, interleaved);
     const auto d_ff = static_cast<double>(a.gate.rows);
     return static_cast<double>(a.neurons.count(a.gate.rows)) >= from * d_ff;
   }
