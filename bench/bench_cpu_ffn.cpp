@@ -11,7 +11,7 @@
 // backend's default crossover (cpu::measured_read_all_from: from there every row is read, as
 // dense does); the gathered rows, at the activities around it, run the same random set with
 // read_all_from = 1 (always gathered), which is how the crossover was measured (gbps counts
-// the kept rows for both). The q4_0_x16 rows are q4_0 with interleaved copies of gate, up and
+// the kept rows for both). The q8_0_x16 / q4_0_x16 rows have interleaved copies of gate, up and
 // W_down (cpu::interleave_rows): their dense reads the copies, their sparse steps read the
 // gate's copy and gather from the row-major blocks and down_t below the crossover; their
 // gathered rows sit at lower activities, where their crossover lies. Dense is dense_ffn with the same weights,
@@ -103,7 +103,7 @@ std::string label_of(bool interleaved) {
 }
 
 // Enough layers (at least 3) that one pass over them streams past the last-level cache.
-// Interleaved (q4_0 only): each layer also holds W_down row-major and the interleaved copies
+// Interleaved (q8_0 / q4_0): each layer also holds W_down row-major and the interleaved copies
 // of gate, up and W_down (cpu::interleave_rows), which the dense reads (and the sparse FFN's
 // gate GEMV, and from its crossover on its up and down); down_t stays what gathers read.
 // W_down and down_t hold unrelated random values: only the time is measured here.
@@ -120,7 +120,7 @@ const layers<T>& weights(const shape& s, bool interleaved) {
     if (interleaved) first.down = random_matrix<T>(s.d_model, s.d_ff, 1.0F / std::sqrt(static_cast<float>(s.d_ff)), 4);
     layers<T> out;
     out.l.assign(count, first);  // copies: distinct memory, same values
-    if constexpr (std::is_same_v<T, block_q4_0>) {
+    if constexpr (std::is_same_v<T, block_q4_0> || std::is_same_v<T, block_q8_0>) {
       for (layer<T>& l : out.l) {
         if (!interleaved) break;
         l.copies.push_back(cpu::interleave_rows(matrix_of(l.gate, s.d_ff, s.d_model)));
@@ -258,7 +258,7 @@ constexpr double activities[] = {1.0, 0.9, 0.8, 0.7, 0.6, 0.4, 0.2, 0.1, 0.05};
 constexpr double clustered_activities[] = {0.4, 0.1};
 constexpr double crossover_activities[] = {0.9, 0.8, 0.7};  // the gathered rows
 // With interleaved copies dense reads faster than the gathers: the crossover lies lower.
-constexpr double interleaved_crossover_activities[] = {0.6, 0.5, 0.4, 0.3};
+constexpr double interleaved_crossover_activities[] = {0.8, 0.7, 0.6, 0.5, 0.4, 0.3};
 
 template <class T>
 void register_dtype(const shape& s, std::size_t threads, bool interleaved = false) {
@@ -297,6 +297,7 @@ void register_all() {
       register_dtype<f16>(s, threads);
       register_dtype<bf16>(s, threads);
       register_dtype<block_q8_0>(s, threads);
+      register_dtype<block_q8_0>(s, threads, true);
       register_dtype<block_q4_0>(s, threads);
       register_dtype<block_q4_0>(s, threads, true);
     }

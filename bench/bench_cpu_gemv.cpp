@@ -4,8 +4,8 @@
 // dense and row-gather (output-sparse), and its input-sparse linear over a transposed
 // 11008 × 4096 weight (row axpy; a = the kept fraction of input channels), against the read bandwidth measured in the
 // same process, at 1 and 2 threads (a blocking thread_pool), and each kernel's compute
-// ceiling (the `cache` rows, BM_cpu_ceiling). The q4_0_x16 rows run the dense q4_0 GEMV from
-// interleaved copies (cpu::interleave_rows) against the row-major one. Counters:
+// ceiling (the `cache` rows, BM_cpu_ceiling). The q8_0_x16 / q4_0_x16 rows run the dense GEMV
+// from interleaved copies (cpu::interleave_rows) against the row-major one. Counters:
 //   gbps           weight bytes that must be read / time (1e9 bytes per GB)
 //   pct_of_stream  gbps / the read bandwidth measured at the same thread count (a ratio)
 //   speedup        dense time / this time, dense interleaved in the same iterations
@@ -71,16 +71,18 @@ weight_view view_of(const std::vector<T>& m) {
   return matrix_view<const T>::packed(m.data(), rows, cols);
 }
 
-// The q4_0 matrices with their interleaved copies (cpu::interleave_rows; the views point at
+// The q8_0 / q4_0 matrices with their interleaved copies (cpu::interleave_rows; the views point at
 // both). One dataset, so that the large-data slot holds them together.
-struct interleaved_q4_0 {
-  matrices<block_q4_0> rowmajor;
+template <class T>
+struct interleaved_set {
+  matrices<T> rowmajor;
   std::vector<cpu::interleaved_weights> copies;
 };
 
-const interleaved_q4_0& interleaved_weights() {
-  return large_dataset::get<interleaved_q4_0>("cpu_gemv/q4_0_x16", [] {
-    interleaved_q4_0 out{make_matrices<block_q4_0>(), {}};
+template <class T>
+const interleaved_set<T>& interleaved_weights() {
+  return large_dataset::get<interleaved_set<T>>("cpu_gemv/" + std::string(name(dtype_traits<T>::type)) + "_x16", [] {
+    interleaved_set<T> out{make_matrices<T>(), {}};
     for (const auto& m : out.rowmajor.m) out.copies.push_back(cpu::interleave_rows(view_of(m)));
     return out;
   });
@@ -225,24 +227,25 @@ void BM_cpu_ceiling(benchmark::State& state) {
   ceiling_loop<Transposed>(state, dram, matrix_view<const T>::packed(small.data(), cache_rows<T>, cols));
 }
 
-// The same for the q4_0 GEMV from interleaved copies (cpu_gemv/q4_0_x16/cache).
+// The same for the GEMV from interleaved copies (cpu_gemv/<dtype>_x16/cache).
+template <class T>
 void BM_cpu_ceiling_interleaved(benchmark::State& state) {
-  const interleaved_q4_0& w = interleaved_weights();
-  const std::size_t per_row = cols / qk4_0;
-  const std::vector<block_q4_0> small(w.rowmajor.m[0].begin(),
-                                      w.rowmajor.m[0].begin() + static_cast<std::ptrdiff_t>(2048 * per_row));
-  const cpu::interleaved_weights cached =
-      cpu::interleave_rows(matrix_view<const block_q4_0>::packed(small.data(), 2048, cols));
+  const interleaved_set<T>& w = interleaved_weights<T>();
+  const std::size_t per_row = cols / dtype_traits<T>::block_values;
+  const std::vector<T> small(w.rowmajor.m[0].begin(),
+                             w.rowmajor.m[0].begin() + static_cast<std::ptrdiff_t>(2048 * per_row));
+  const cpu::interleaved_weights cached = cpu::interleave_rows(matrix_view<const T>::packed(small.data(), 2048, cols));
   std::vector<weight_view> dram;
   for (const auto& c : w.copies) dram.push_back(c.view);
   ceiling_loop<false>(state, dram, cached.view);
 }
 
-// The dense q4_0 GEMV from the interleaved copies against the row-major one, interleaved in
+// The dense GEMV from the interleaved copies against the row-major one, interleaved in
 // the same iterations: gbps and pct_of_stream of the copies, rowmajor_gbps, and speedup =
 // row-major time / interleaved time.
+template <class T>
 void BM_cpu_gemv_interleaved(benchmark::State& state) {
-  const interleaved_q4_0& w = interleaved_weights();
+  const interleaved_set<T>& w = interleaved_weights<T>();
   const std::size_t count = w.copies.size();
   dense_call<false> on(view_of(w.rowmajor.m[0]), static_cast<std::size_t>(state.range(0)));
   actsparse_bench::warm_up(count, [&](std::size_t i) {
@@ -262,7 +265,7 @@ void BM_cpu_gemv_interleaved(benchmark::State& state) {
     state.SetIterationTime(t);
   }
   const double bytes =
-      static_cast<double>(row_bytes(dtype::q4_0, cols) * rows) * static_cast<double>(state.iterations());
+      static_cast<double>(row_bytes(dtype_traits<T>::type, cols) * rows) * static_cast<double>(state.iterations());
   const double gbps = bytes / interleaved_s / 1e9;
   state.counters["gbps"] = gbps;
   state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, static_cast<unsigned>(state.range(0)));
@@ -301,17 +304,26 @@ ACTSPARSE_CPU_GEMV_BENCH(bf16, "bf16", 1);
 ACTSPARSE_CPU_GEMV_BENCH(float, "f32", 2);
 ACTSPARSE_CPU_GEMV_BENCH(f16, "f16", 2);
 ACTSPARSE_CPU_GEMV_BENCH(bf16, "bf16", 2);
-ACTSPARSE_CPU_GEMV_BENCH(block_q8_0, "q8_0", 1);
-ACTSPARSE_CPU_GEMV_BENCH(block_q4_0, "q4_0", 1);
-ACTSPARSE_CPU_GEMV_BENCH(block_q8_0, "q8_0", 2);
-ACTSPARSE_CPU_GEMV_BENCH(block_q4_0, "q4_0", 2);
 
-#define ACTSPARSE_CPU_INTERLEAVED_BENCH(threads)                                                              \
-  BENCHMARK(BM_cpu_gemv_interleaved)->Name("cpu_gemv/q4_0_x16/7b/t" #threads)->Arg(threads)->Apply(timed_ms); \
-  BENCHMARK(BM_cpu_ceiling_interleaved)->Name("cpu_gemv/q4_0_x16/cache/t" #threads)->Arg(threads)->Apply(timed_ms)
+#define ACTSPARSE_CPU_INTERLEAVED_BENCH(T, label, threads) \
+  BENCHMARK_TEMPLATE(BM_cpu_gemv_interleaved, T)           \
+      ->Name("cpu_gemv/" label "_x16/7b/t" #threads)       \
+      ->Arg(threads)                                       \
+      ->Apply(timed_ms);                                   \
+  BENCHMARK_TEMPLATE(BM_cpu_ceiling_interleaved, T)        \
+      ->Name("cpu_gemv/" label "_x16/cache/t" #threads)    \
+      ->Arg(threads)                                       \
+      ->Apply(timed_ms)
 
-ACTSPARSE_CPU_INTERLEAVED_BENCH(1);
-ACTSPARSE_CPU_INTERLEAVED_BENCH(2);
+// The block types: the rows above, and those of the interleaved copies.
+#define ACTSPARSE_CPU_QUANT_BENCH(T, label, threads) \
+  ACTSPARSE_CPU_GEMV_BENCH(T, label, threads);       \
+  ACTSPARSE_CPU_INTERLEAVED_BENCH(T, label, threads)
+
+ACTSPARSE_CPU_QUANT_BENCH(block_q8_0, "q8_0", 1);
+ACTSPARSE_CPU_QUANT_BENCH(block_q4_0, "q4_0", 1);
+ACTSPARSE_CPU_QUANT_BENCH(block_q8_0, "q8_0", 2);
+ACTSPARSE_CPU_QUANT_BENCH(block_q4_0, "q4_0", 2);
 
 }  // namespace
 

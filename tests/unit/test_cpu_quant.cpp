@@ -583,32 +583,37 @@ TEST_CASE("cpu::transpose of q8_0 / q4_0 requantizes within the quantization ste
 
 TEST_CASE("cpu::interleave_rows: lossless (each row reads back as its blocks), odd row counts, and its errors") {
   std::mt19937 rng(60);
-  for (const std::size_t cols : {32U, 96U, 1120U}) {
-    for (const std::size_t rows : {1U, 15U, 16U, 17U, 37U, 130U}) {
-      const test_weights w = make_weights(dtype::q4_0, rows, cols, rng, 3);  // strided source
-      const cpu::interleaved_weights iw = cpu::interleave_rows(w.view);
-      INFO("rows ", rows, " cols ", cols);
-      CHECK(iw.bytes.size() == cpu::interleaved_bytes(rows, cols));
-      CHECK(iw.bytes.size() == (rows + 15) / 16 * 16 * row_bytes(dtype::q4_0, cols));
-      CHECK(iw.view.interleaved == iw.bytes.data());
-      CHECK(iw.view.data == w.view.data);
-      CHECK(iw.view.row_stride == w.view.row_stride);
-      std::vector<block_q4_0> row(cols / 32);
-      for (std::size_t i = 0; i < rows; ++i) {
-        cpu::deinterleave_row(iw.view.interleaved, cols, i, row.data());
-        REQUIRE(std::memcmp(row.data(), static_cast<const std::byte*>(w.view.data) + i * w.view.row_stride,
-                            row_bytes(dtype::q4_0, cols)) == 0);
-      }
-      for (std::size_t i = rows; i % 16 != 0; ++i) {  // rows past the last: scale 0
-        cpu::deinterleave_row(iw.view.interleaved, cols, i, row.data());
-        CHECK(std::all_of(row.begin(), row.end(), [](const block_q4_0& b) { return b.d.bits == 0; }));
+  for (const dtype t : block_dtypes) {
+    for (const std::size_t cols : {32U, 96U, 1120U}) {
+      for (const std::size_t rows : {1U, 15U, 16U, 17U, 37U, 130U}) {
+        const test_weights w = random_block_weights(t, rows, cols, rng);  // every byte value
+        const cpu::interleaved_weights iw = cpu::interleave_rows(w.view);
+        INFO(name(t), " rows ", rows, " cols ", cols);
+        CHECK(iw.bytes.size() == cpu::interleaved_bytes(t, rows, cols));
+        CHECK(iw.bytes.size() == (rows + 15) / 16 * 16 * row_bytes(t, cols));
+        CHECK(iw.view.interleaved == iw.bytes.data());
+        CHECK(iw.view.data == w.view.data);
+        CHECK(iw.view.row_stride == w.view.row_stride);
+        std::vector<std::byte> row(row_bytes(t, cols));
+        for (std::size_t i = 0; i < rows; ++i) {
+          cpu::deinterleave_row(t, iw.view.interleaved, cols, i, row.data());
+          REQUIRE(std::memcmp(row.data(), static_cast<const std::byte*>(w.view.data) + i * w.view.row_stride,
+                              row.size()) == 0);
+        }
+        for (std::size_t i = rows; i % 16 != 0; ++i) {  // rows past the last: scale 0
+          cpu::deinterleave_row(t, iw.view.interleaved, cols, i, row.data());
+          for (std::size_t b = 0; b < cols / 32; ++b) {
+            CHECK(row[b * block_bytes(t)] == std::byte{0});
+            CHECK(row[b * block_bytes(t) + 1] == std::byte{0});
+          }
+        }
       }
     }
   }
-  const test_weights q8 = make_weights(dtype::q8_0, 16, 64, rng);
+  const test_weights h = make_weights(dtype::f16, 16, 64, rng);
   CHECK_THROWS_WITH_AS(
-      (void)cpu::interleave_rows(q8.view),
-      doctest::Contains("'w.type' is \"q8_0\"; expected q4_0 (the only dtype with an interleaved layout)"), error);
+      (void)cpu::interleave_rows(h.view),
+      doctest::Contains("'w.type' is \"f16\"; expected q8_0 or q4_0 (the dtypes with an interleaved layout)"), error);
   const test_weights f = make_weights(dtype::f32, 16, 64, rng);
   CHECK_THROWS_AS((void)cpu::interleave_rows(f.view), error);
   const test_weights q4 = make_weights(dtype::q4_0, 16, 64, rng);
@@ -619,71 +624,81 @@ TEST_CASE("cpu::interleave_rows: lossless (each row reads back as its blocks), o
   CHECK_THROWS_WITH_AS((void)cpu::interleave_rows(ragged), doctest::Contains("a multiple of 32 values per row"), error);
 }
 
-TEST_CASE("cpu q4_0 interleaved gemv: within the integer path's bounds on every target; row gathers read the blocks") {
+TEST_CASE(
+    "cpu q8_0 / q4_0 interleaved gemv: within the integer path's bounds on every target; gathers read the blocks") {
   std::mt19937 rng(61);
   const reference_backend ref;
-  // 1120 / 4128: odd block counts, several prefetch steps; 7 / 33 / 130: partial last groups.
-  for (const std::size_t cols : {32U, 64U, 1120U, 4128U}) {
-    for (const std::size_t rows : {1U, 7U, 16U, 33U, 130U}) {
-      const test_weights w = make_weights(dtype::q4_0, rows, cols, rng, 3);
-      const cpu::interleaved_weights iw = cpu::interleave_rows(w.view);
-      const auto x = varied_vector(cols, rng);
-      const auto kept = random_subset(rows, 0.4, rng);
-      std::vector<float> want(rows);
-      REQUIRE(
-          ref.run_with_scratch(gemv_args{iw.view, x, want, subset::everything()}));  // the reference ignores the copy
-      for_each_target([&] {
-        INFO("rows ", rows, " cols ", cols);
-        const auto dense = cpu_gemv(iw.view, x, subset::everything());
-        check_int8_rows(iw.view, w.values, x, dense, want);
-        CHECK(same_bits(cpu_gemv(iw.view, x, subset::only(all_indices(rows))), dense));  // every row listed: dense
-        CHECK(same_bits(cpu_gemv(iw.view, x, subset::only(kept)), cpu_gemv(w.view, x, subset::only(kept))));
-        CHECK(same_bits(cpu_gemv(iw.view, x, subset::everything(), false),  // f32 path: the row-major blocks
-                        cpu_gemv(w.view, x, subset::everything(), false)));
-        for (const std::size_t threads : {2U, 3U}) {
-          cpu::thread_pool pool(threads);
-          cpu::executor ex(pool);
-          CHECK(same_bits(cpu_gemv(iw.view, x, subset::everything(), ex), dense));
-        }
-        // A row range computes the same bits as the whole (begin on a group of 16).
-        if (rows > 16) {
-          const quantized_x q = quantize(x);
-          std::vector<std::int32_t> xc(cols / 32);
-          cpu::interleaved_corrections(q.q.data(), cols, xc.data());
-          std::vector<float> part(rows, -1.0F);
-          cpu::dispatch_gemv_rows_interleaved(iw.view, 16, rows, q.q.data(), q.d.data(), xc.data(), part.data());
-          CHECK(same_bits(std::span<const float>(part).subspan(16), std::span<const float>(dense).subspan(16)));
-          CHECK(part[0] == -1.0F);
-        }
-      });
+  // 1120 / 4128: odd block counts, several prefetch steps; 7 / 33 / 130: partial last groups;
+  // 130 rows also make two whole 64-row tasks of four groups, then a rest.
+  for (const dtype t : block_dtypes) {
+    for (const std::size_t cols : {32U, 64U, 1120U, 4128U}) {
+      for (const std::size_t rows : {1U, 7U, 16U, 33U, 130U}) {
+        const test_weights w = make_weights(t, rows, cols, rng, 3);
+        const cpu::interleaved_weights iw = cpu::interleave_rows(w.view);
+        const auto x = varied_vector(cols, rng);
+        const auto kept = random_subset(rows, 0.4, rng);
+        std::vector<float> want(rows);
+        REQUIRE(
+            ref.run_with_scratch(gemv_args{iw.view, x, want, subset::everything()}));  // the reference ignores the copy
+        for_each_target([&] {
+          INFO(name(t), " rows ", rows, " cols ", cols);
+          const auto dense = cpu_gemv(iw.view, x, subset::everything());
+          check_int8_rows(iw.view, w.values, x, dense, want);
+          CHECK(same_bits(cpu_gemv(iw.view, x, subset::only(all_indices(rows))), dense));  // every row listed: dense
+          if (kept.size() < rows) {  // a proper subset is gathered from the row-major blocks
+            CHECK(same_bits(cpu_gemv(iw.view, x, subset::only(kept)), cpu_gemv(w.view, x, subset::only(kept))));
+          }
+          CHECK(same_bits(cpu_gemv(iw.view, x, subset::everything(), false),  // f32 path: the row-major blocks
+                          cpu_gemv(w.view, x, subset::everything(), false)));
+          for (const std::size_t threads : {2U, 3U}) {
+            cpu::thread_pool pool(threads);
+            cpu::executor ex(pool);
+            CHECK(same_bits(cpu_gemv(iw.view, x, subset::everything(), ex), dense));
+          }
+          // A row range computes the same bits as the whole (begin on a group of 16).
+          if (rows > 16) {
+            const quantized_x q = quantize(x);
+            std::vector<std::int32_t> xs(cols / 32);
+            cpu::block_sums(q.q.data(), cols, xs.data());
+            std::vector<float> part(rows, -1.0F);
+            cpu::dispatch_gemv_rows_interleaved(iw.view, 16, rows, q.q.data(), q.d.data(), xs.data(), part.data());
+            CHECK(same_bits(std::span<const float>(part).subspan(16), std::span<const float>(dense).subspan(16)));
+            CHECK(part[0] == -1.0F);
+          }
+        });
+      }
     }
   }
 }
 
-TEST_CASE("cpu q4_0 interleaved gemv: every nibble, zero and large scales, and the argument errors") {
+TEST_CASE("cpu q8_0 / q4_0 interleaved gemv: every weight integer, zero and large x, and the argument errors") {
   std::mt19937 rng(62);
   const reference_backend ref;
-  const test_weights w = random_block_weights(dtype::q4_0, 37, 1120, rng);  // every nibble, random scales
-  const cpu::interleaved_weights iw = cpu::interleave_rows(w.view);
-  for (const float scale : {1.0F, 1e-20F, 1e20F}) {
-    auto x = varied_vector(1120, rng);
-    for (float& v : x) v *= scale;
-    std::fill(x.begin() + 64, x.begin() + 96, 0.0F);  // a zero block of x
-    std::vector<float> want(37);
-    REQUIRE(ref.run_with_scratch(gemv_args{w.view, x, want, subset::everything()}));
-    for_each_target([&] {
-      INFO("x scale ", scale);
-      check_int8_rows(iw.view, w.values, x, cpu_gemv(iw.view, x, subset::everything()), want);
-    });
+  for (const dtype t : block_dtypes) {
+    const test_weights w = random_block_weights(t, 37, 1120, rng);  // every integer (q8_0's -128 too)
+    const cpu::interleaved_weights iw = cpu::interleave_rows(w.view);
+    for (const float scale : {1.0F, 1e-20F, 1e20F}) {
+      auto x = varied_vector(1120, rng);
+      for (float& v : x) v *= scale;
+      std::fill(x.begin() + 64, x.begin() + 96, 0.0F);  // a zero block of x
+      std::vector<float> want(37);
+      REQUIRE(ref.run_with_scratch(gemv_args{w.view, x, want, subset::everything()}));
+      for_each_target([&] {
+        INFO(name(t), " x scale ", scale);
+        check_int8_rows(iw.view, w.values, x, cpu_gemv(iw.view, x, subset::everything()), want);
+      });
+    }
+    const quantized_x q = quantize(std::vector<float>(1120, 1.0F));
+    std::vector<std::int32_t> xs(1120 / 32);
+    std::vector<float> y(37);
+    CHECK_THROWS_WITH_AS(
+        cpu::dispatch_gemv_rows_interleaved(iw.view, 8, 37, q.q.data(), q.d.data(), xs.data(), y.data()),
+        doctest::Contains("'begin' is 8; expected a multiple of 16"), error);
+    CHECK_THROWS_WITH_AS(
+        cpu::dispatch_gemv_rows_interleaved(iw.view, 16, 38, q.q.data(), q.d.data(), xs.data(), y.data()),
+        doctest::Contains("'end' is 38; expected in [begin, w.rows] = [16, 37]"), error);
+    CHECK_THROWS_WITH_AS(
+        cpu::dispatch_gemv_rows_interleaved(w.view, 0, 37, q.q.data(), q.d.data(), xs.data(), y.data()),
+        doctest::Contains("q8_0 or q4_0 with weight_view::interleaved set"), error);
   }
-  const quantized_x q = quantize(std::vector<float>(1120, 1.0F));
-  std::vector<std::int32_t> xc(1120 / 32);
-  std::vector<float> y(37);
-  CHECK_THROWS_WITH_AS(cpu::dispatch_gemv_rows_interleaved(iw.view, 8, 37, q.q.data(), q.d.data(), xc.data(), y.data()),
-                       doctest::Contains("'begin' is 8; expected a multiple of 16"), error);
-  CHECK_THROWS_WITH_AS(
-      cpu::dispatch_gemv_rows_interleaved(iw.view, 16, 38, q.q.data(), q.d.data(), xc.data(), y.data()),
-      doctest::Contains("'end' is 38; expected in [begin, w.rows] = [16, 37]"), error);
-  CHECK_THROWS_WITH_AS(cpu::dispatch_gemv_rows_interleaved(w.view, 0, 37, q.q.data(), q.d.data(), xc.data(), y.data()),
-                       doctest::Contains("q4_0 with weight_view::interleaved set"), error);
 }

@@ -51,7 +51,7 @@ struct weight_view {
   std::size_t rows = 0;
   std::size_t cols = 0;        // values per row
   std::size_t row_stride = 0;  // bytes
-  // Optional: the same matrix (q4_0 only) with its rows interleaved 16 at a time, built once
+  // Optional: the same matrix (q8_0 / q4_0) with its rows interleaved 16 at a time, built once
   // at load time by cpu::interleave_rows. The CPU backend's dense GEMVs on quantized x read it
   // instead of `data` (row gathers still read `data`, which stays required); every other
   // backend ignores it. It must hold exactly the blocks of `data`.

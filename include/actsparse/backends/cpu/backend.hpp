@@ -57,32 +57,33 @@ void dispatch_gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std
                             const std::int8_t* xq, const float* xd, float* y);
 
 // y[k] = W[k, :]·x for k in [begin, end) (begin a multiple of 16), from W's interleaved
-// copy (weight_view::interleaved, q4_0 only; else an error) on quantized x, with xc[b] =
-// −8·Σ_{i in block b} xq[i] (interleaved_corrections). Per row: acc = acc + float(D_b)·(d_w·
-// d_x) over the blocks in order, D_b the exact int32 dot product, so a row's bits do not
-// depend on the row range. Defined by implementation.hpp.
+// copy (weight_view::interleaved, q8_0 / q4_0; else an error) on quantized x, with xs[b] =
+// Σ_{i in block b} xq[i] (block_sums). Per row: acc = acc + float(D_b)·(d_w·d_x) over the
+// blocks in order, D_b the exact int32 dot product, so a row's bits do not depend on the row
+// range. Defined by implementation.hpp.
 void dispatch_gemv_rows_interleaved(const weight_view& w, std::size_t begin, std::size_t end, const std::int8_t* xq,
-                                    const float* xd, const std::int32_t* xc, float* y);
+                                    const float* xd, const std::int32_t* xs, float* y);
 
 // Bytes of x quantized (n values): d (f32, one per 32 values), then q (int8, one per value),
-// then the interleaved GEMV's corrections (int32, one per 32 values).
+// then the block sums of q that the interleaved GEMV takes (int32, one per 32 values).
 [[nodiscard]] constexpr std::size_t quantized_x_bytes(std::size_t n) noexcept {
   return (n + 31) / 32 * (sizeof(float) + sizeof(std::int32_t)) + n;
 }
 
-// xc[b] = −8·Σ_{i < 32} xq[32b + i] for the blocks b < n / 32: the q4_0 nibbles n = q + 8
-// enter the interleaved GEMV's integer dot products as they are, and this takes the 8 back.
-inline void interleaved_corrections(const std::int8_t* xq, std::size_t n, std::int32_t* xc) noexcept {
+// xs[b] = Σ_{i < 32} xq[32b + i] for the blocks b < n / 32: the interleaved GEMV's weights
+// enter its VNNI dot products unsigned (q4_0's nibbles q + 8, q8_0's q + 128), and −8·xs[b]
+// or −128·xs[b] takes the offset back.
+inline void block_sums(const std::int8_t* xq, std::size_t n, std::int32_t* xs) noexcept {
   for (std::size_t b = 0; b < n / 32; ++b) {
     std::int32_t sum = 0;
     for (std::size_t i = 0; i < 32; ++i) sum += xq[32 * b + i];
-    xc[b] = -8 * sum;
+    xs[b] = sum;
   }
 }
 
 // Whether the dense integer GEMV of w reads its interleaved copy.
 [[nodiscard]] inline bool has_interleaved(const weight_view& w) noexcept {
-  return w.interleaved != nullptr && w.type == dtype::q4_0;
+  return w.interleaved != nullptr && (w.type == dtype::q4_0 || w.type == dtype::q8_0);
 }
 
 // Rows per task: the fixed work partition (results do not depend on how tasks are run).
@@ -103,13 +104,13 @@ void gemv_all_rows(const weight_view& w, const std::uint32_t* rows, std::size_t 
 // The same from W's interleaved copy (dispatch_gemv_rows_interleaved; every row), the same
 // fixed tasks (64 rows: whole groups of 16).
 template <class Executor>
-void gemv_all_rows_interleaved(const weight_view& w, const std::int8_t* xq, const float* xd, const std::int32_t* xc,
+void gemv_all_rows_interleaved(const weight_view& w, const std::int8_t* xq, const float* xd, const std::int32_t* xs,
                                float* y, const Executor& ex) {
   const std::size_t tasks = (w.rows + gemv_rows_per_task - 1) / gemv_rows_per_task;
   ex.parallel_for(tasks, [&](std::size_t t) {
     const std::size_t begin = t * gemv_rows_per_task;
     const std::size_t end = begin + gemv_rows_per_task < w.rows ? begin + gemv_rows_per_task : w.rows;
-    dispatch_gemv_rows_interleaved(w, begin, end, xq, xd, xc, y);
+    dispatch_gemv_rows_interleaved(w, begin, end, xq, xd, xs, y);
   });
 }
 
@@ -291,15 +292,17 @@ void axpy_all_columns(const weight_view& wt, const std::uint32_t* rows, std::siz
 // was 0.98-1.07x dense for f32, about 1.0x for f16 / bf16 at one thread and q8_0, 0.88-1.08x
 // for f16 / bf16 at two threads, 0.86-1.01x for q4_0; at 0.8 0.87-1.04x for q4_0; at 0.7
 // 0.93-1.20x. Reading every row costs what dense does plus the scoring and selection.
-// interleaved: q4_0 up and W_down with interleaved copies (weight_view::interleaved), so that
-// reading every row runs the interleaved GEMVs, 1.2-1.7x the row-major dense. Measured the
-// same way (bench_cpu_ffn q4_0_x16 gathered_a* rows, 7b / 3b): the gather was 0.80-0.86x dense
-// at 0.6, 0.91 at 0.5, 1.01-1.06 at 0.4, 1.15 at 0.3 at one thread; at two 0.76-0.82 at 0.5,
-// 0.92-1.00 at 0.4, 1.07-1.13 at 0.3.
+// interleaved: q8_0 / q4_0 up and W_down with interleaved copies (weight_view::interleaved),
+// so that reading every row runs the interleaved GEMVs, faster than the row-major dense.
+// Measured the same way (bench_cpu_ffn <dtype>_x16 gathered_a* rows, 7b / 3b): q4_0 0.80-0.86x
+// dense at 0.6, 0.91 at 0.5, 1.01-1.06 at 0.4, 1.15 at 0.3 at one thread; at two 0.76-0.82 at
+// 0.5, 0.92-1.00 at 0.4, 1.07-1.13 at 0.3. q8_0 0.93-0.96 at 0.8, 1.00-1.04 at 0.7, 1.08-1.11
+// at 0.6 at one thread; at two 0.87-0.90 at 0.8, 0.99-1.00 at 0.7, 1.00-1.08 at 0.6.
 [[nodiscard]] constexpr double measured_read_all_from(dtype up, std::size_t threads,
                                                       bool interleaved = false) noexcept {
   const bool one = threads <= 1;
   if (interleaved && up == dtype::q4_0) return one ? 0.4 : 0.35;
+  if (interleaved && up == dtype::q8_0) return 0.7;
   switch (up) {
     case dtype::f32:
       return 0.95;
@@ -348,10 +351,10 @@ struct cpu_backend {
   // blocks dequantized exactly and multiplied by f32 x (within f32 rounding of the reference). The row axpy
   // (transposed_linear_args, the FFN's down_t) is f32 either way. With the option the call needs a workspace
   // (workspace_size) for the quantized x; with executor::split every calling thread quantizes x into its own, so each
-  // needs its own workspace. A q4_0 weight with an interleaved copy (weight_view::interleaved, cpu::interleave_rows)
-  // has its dense GEMVs on this path read the copy (cpu::dispatch_gemv_rows_interleaved):
-  // the same products, summed per block in one chain per row, at about twice the speed where
-  // the row-major kernel is bound by its arithmetic. Row gathers read the row-major blocks.
+  // needs its own workspace. A q8_0 / q4_0 weight with an interleaved copy (weight_view::interleaved,
+  // cpu::interleave_rows) has its dense GEMVs on this path read the copy (cpu::dispatch_gemv_rows_interleaved): the
+  // same products, summed per block in one chain per row, at about twice the speed where the row-major kernel is bound
+  // by its arithmetic. Row gathers read the row-major blocks.
   bool int8_activations = true;
 
   // Gated FFN crossover: with at least this fraction of the d_ff neurons kept, the
@@ -417,7 +420,7 @@ struct cpu_backend {
       const bool interleaved = dense && cpu::has_interleaved(a.w);
       const quantized_x q = quantize_x(a.x, workspace.data(), interleaved);
       if (interleaved) {
-        cpu::gemv_all_rows_interleaved(a.w, q.q, q.d, q.c, a.y.data(), ex);
+        cpu::gemv_all_rows_interleaved(a.w, q.q, q.d, q.s, a.y.data(), ex);
       } else {
         cpu::gemv_all_rows_q8x(a.w, rows, count, q.q, q.d, a.y.data(), ex);
       }
@@ -434,7 +437,7 @@ struct cpu_backend {
   // row tasks). The neuron-sparse path needs down_t; keep-all equals dense bit for bit
   // because both run the same row kernels.
   // With int8_activations and q8_0 / q4_0 gate or up, x is quantized once, before phase 1,
-  // and their rows run the integer GEMV (phase 2 stays f32). Interleaved q4_0 weights
+  // and their rows run the integer GEMV (phase 2 stays f32). Interleaved q8_0 / q4_0 weights
   // (weight_view::interleaved): gate and up read their copy wherever every row is read (dense,
   // and from the crossover on); a W_down given with an interleaved copy makes phase 2 of those
   // cases y = W_down·h on h quantized (the interleaved GEMV), even when down_t is given too.
@@ -500,7 +503,7 @@ struct cpu_backend {
     if (ffn_quantizes_x(a)) q = quantize_x(a.x, quantized, every_row);
     const auto gemv_rows = [&](const weight_view& w, std::size_t begin, std::size_t end, float* out) {
       if (int8_path(w.type) && every_row && cpu::has_interleaved(w)) {
-        cpu::dispatch_gemv_rows_interleaved(w, begin, end, q.q, q.d, q.c, out);
+        cpu::dispatch_gemv_rows_interleaved(w, begin, end, q.q, q.d, q.s, out);
       } else if (int8_path(w.type)) {
         cpu::dispatch_gemv_rows_q8x(w, rows, begin, end, q.q, q.d, out);
       } else {
@@ -533,7 +536,7 @@ struct cpu_backend {
     if (every_row && down_interleaved(a)) {               // y = W_down·h from its interleaved copy
       std::byte* const at = quantized + (ffn_quantizes_x(a) ? cpu::quantized_x_bytes(a.x.size()) : 0);
       const quantized_x qh = quantize_x({h, d_ff}, at, true);
-      cpu::gemv_all_rows_interleaved(a.down, qh.q, qh.d, qh.c, a.y.data(), ex);
+      cpu::gemv_all_rows_interleaved(a.down, qh.q, qh.d, qh.s, a.y.data(), ex);
     } else if (coalesce) {
       auto* const filled = reinterpret_cast<std::uint32_t*>(h + d_ff);
       const std::size_t n = cpu::coalesced_rows(a.neurons.indices, coalesce_gap, filled);
@@ -671,17 +674,17 @@ struct cpu_backend {
   struct quantized_x {
     const std::int8_t* q = nullptr;
     const float* d = nullptr;
-    const std::int32_t* c = nullptr;  // the interleaved GEMV's corrections, when asked for
+    const std::int32_t* s = nullptr;  // the block sums of q (the interleaved GEMV's), when asked for
   };
   // Quantizes x into the workspace at `at` (4-byte aligned, quantized_x_bytes(x.size()) long:
-  // the caller checked): d first, then q, then (corrections) the interleaved GEMV's xc.
-  static quantized_x quantize_x(std::span<const float> x, std::byte* at, bool corrections = false) {
+  // the caller checked): d first, then q, then (sums) the interleaved GEMV's block sums.
+  static quantized_x quantize_x(std::span<const float> x, std::byte* at, bool sums = false) {
     auto* const d = reinterpret_cast<float*>(at);
     auto* const q = reinterpret_cast<std::int8_t*>(d + x.size() / 32);
-    auto* const c = reinterpret_cast<std::int32_t*>(q + x.size());
+    auto* const s = reinterpret_cast<std::int32_t*>(q + x.size());
     cpu::dispatch_quantize_q8_0_x(x.data(), x.size(), q, d);
-    if (corrections) cpu::interleaved_corrections(q, x.size(), c);
-    return {q, d, c};
+    if (sums) cpu::block_sums(q, x.size(), s);
+    return {q, d, s};
   }
 
   [[nodiscard]] bool token_quantizes_x(const token_ffn_args& a) const noexcept {

@@ -62,18 +62,18 @@ void dispatch_gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std
   ACTSPARSE_CPU_DISPATCH(gemv_rows_q8x)(w, rows, begin, end, xq, xd, y);
 }
 void dispatch_gemv_rows_interleaved(const weight_view& w, std::size_t begin, std::size_t end, const std::int8_t* xq,
-                                    const float* xd, const std::int32_t* xc, float* y) {
+                                    const float* xd, const std::int32_t* xs, float* y) {
   constexpr std::string_view where = "cpu::gemv_rows_interleaved";
-  if (w.type != dtype::q4_0 || w.interleaved == nullptr) {
+  if ((w.type != dtype::q4_0 && w.type != dtype::q8_0) || w.interleaved == nullptr) {
     detail::fail(where, "w",
                  std::string(name(w.type)) + (w.interleaved == nullptr ? " without" : " with") + " an interleaved copy",
-                 "q4_0 with weight_view::interleaved set (cpu::interleave_rows)");
+                 "q8_0 or q4_0 with weight_view::interleaved set (cpu::interleave_rows)");
   }
   detail::require(w.cols % 32 == 0, where, "w.cols", w.cols, "a multiple of 32 (whole blocks)");
   detail::require(begin % 16 == 0, where, "begin", begin, "a multiple of 16 (the first row of a group of 16)");
   detail::require(begin <= end && end <= w.rows, where, "end", end,
                   "in [begin, w.rows] = [" + std::to_string(begin) + ", " + std::to_string(w.rows) + "]");
-  ACTSPARSE_CPU_DISPATCH(gemv_rows_interleaved)(w, begin, end, xq, xd, xc, y);
+  ACTSPARSE_CPU_DISPATCH(gemv_rows_interleaved)(w, begin, end, xq, xd, xs, y);
 }
 #undef ACTSPARSE_CPU_DISPATCH
 

@@ -653,7 +653,7 @@ inline constexpr std::size_t int8_prefetch_bytes = ACTSPARSE_CPU_PREFETCH_BYTES;
 #else
 inline constexpr std::size_t int8_prefetch_bytes = 1024;
 #endif
-// The interleaved q4_0 GEMV's (one stream per 16 rows): 2 KB ahead, as in its probe.
+// The interleaved GEMV's (a stream per 16 rows): 2 KB ahead, as in its probe.
 inline constexpr std::size_t interleaved_prefetch_bytes = 2048;
 
 // out[r] = Σ_b d_w,rb·d_x,b·Σ_i q_w,rbi·q_x,bi for R block rows of `blocks` blocks each: unit
@@ -742,18 +742,22 @@ ACTSPARSE_INT8_ATTR inline void gemv_rows_q8x(const weight_view& w, const std::u
   }
 }
 
-// --- q4_0 with rows interleaved 16 at a time (cpu::interleave_rows, repack.hpp) ------------
+// --- q8_0 / q4_0 with rows interleaved 16 at a time (cpu::interleave_rows, repack.hpp) ------
 // y[16·(g − g_begin) + i] = row 16g + i of W times quantized x, for the groups [g_begin,
-// g_end) of the interleaved bytes `base` (blocks per row). xc[b] = −8·Σ_{i in block b} q_x,i
-// (the nibbles n = q + 8 are multiplied as they are, the offset taken back). Per row, block
+// g_end) of the interleaved bytes `base` (blocks per row). xs[b] = Σ_{i in block b} q_x,i:
+// the weights enter the VNNI dot products unsigned (q4_0's nibbles n = q + 8 as stored,
+// q8_0's q + 128 by an xor), and −k·xs[b] (k = 8 or 128) takes the offset back. Per row, block
 // after block: acc = acc + float(D_b)·(d_w·d_x) (fused where the target has FMA), D_b the
 // exact int32 Σ q_w·q_x: a row's result depends only on its row, x and the target.
 // The reason for the layout: a 64-byte load feeds one VNNI dot product per 4 values of 16
-// rows, and the 16 scales convert at once. Measured in a standalone probe on the AMD EPYC host
-// (2048 rows × 4096, from L3, one / two threads): 59–61 / 116–117 GB/s, where the row-major
-// integer GEMV reaches 33 / 40–51 (cpu_gemv/q4_0/cache): memory binds it, not arithmetic.
+// rows, and the 16 scales convert at once. Measured on the AMD EPYC host (bench_cpu_gemv
+// cpu_gemv/q4_0_x16/cache, 2048 rows × 4096 from L3, one / two threads): 57–69 / 89–104
+// GB/s, where the row-major q4_0 GEMV reaches 28–33 / 40–54: memory binds it, not arithmetic.
 inline constexpr std::size_t interleaved_rows = 16;
-inline constexpr std::size_t interleaved_block = 288;  // 16 f16 scales, then 4 chunks of 64 bytes
+template <class B>
+inline constexpr std::size_t interleaved_block = interleaved_rows * sizeof(B);  // 16 scales, then the chunks
+template <class B>
+inline constexpr std::size_t interleaved_chunks = std::is_same_v<B, block_q4_0> ? 4 : 8;  // of 64 bytes
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
 // G groups at once: G streams read together (one stream per thread reads about a third
@@ -764,17 +768,20 @@ inline constexpr std::size_t interleaved_groups_at_once = ACTSPARSE_CPU_INTERLEA
 inline constexpr std::size_t interleaved_groups_at_once = 4;
 #endif
 
-template <std::size_t G>
+template <class B, std::size_t G>
 ACTSPARSE_INT8_ATTR HWY_INLINE void interleaved_dot_groups(const std::byte* HWY_RESTRICT base, std::size_t blocks,
                                                            const std::int8_t* HWY_RESTRICT xq,
                                                            const float* HWY_RESTRICT xd,
-                                                           const std::int32_t* HWY_RESTRICT xc, float* HWY_RESTRICT y) {
+                                                           const std::int32_t* HWY_RESTRICT xs, float* HWY_RESTRICT y) {
+  constexpr bool q4 = std::is_same_v<B, block_q4_0>;
+  constexpr std::size_t bytes = interleaved_block<B>;
   const __m512i low = _mm512_set1_epi8(0x0f);
-  const std::size_t stride = blocks * interleaved_block;  // bytes of one group
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  const std::size_t stride = blocks * bytes;  // bytes of one group
   __m512 acc[G];
   for (std::size_t i = 0; i < G; ++i) acc[i] = _mm512_setzero_ps();
   const std::byte* p = base;
-  for (std::size_t b = 0; b < blocks; ++b, p += interleaved_block) {
+  for (std::size_t b = 0; b < blocks; ++b, p += bytes) {
     const std::int8_t* xb = xq + b * values_per_block;
     __m512i xv[8];  // x's values 4c .. 4c + 3, broadcast
     for (std::size_t c = 0; c < 8; ++c) {
@@ -782,17 +789,23 @@ ACTSPARSE_INT8_ATTR HWY_INLINE void interleaved_dot_groups(const std::byte* HWY_
       std::memcpy(&v, xb + 4 * c, 4);
       xv[c] = _mm512_set1_epi32(v);
     }
-    const __m512i corr = _mm512_set1_epi32(xc[b]);
+    const __m512i corr = _mm512_set1_epi32(-(q4 ? 8 : 128) * xs[b]);
     const __m512 dx = _mm512_set1_ps(xd[b]);
     for (std::size_t i = 0; i < G; ++i) {
       const std::byte* q = p + i * stride;
-      for (std::size_t o = 0; o < interleaved_block; o += 64) prefetch_line(q + interleaved_prefetch_bytes + o);
+      for (std::size_t o = 0; o < bytes; o += 64) prefetch_line(q + interleaved_prefetch_bytes + o);
       __m512i s0 = corr;
       __m512i s1 = _mm512_setzero_si512();
-      for (std::size_t c = 0; c < 4; ++c) {
+      for (std::size_t c = 0; c < interleaved_chunks<B>; ++c) {
         const __m512i raw = _mm512_loadu_si512(q + 32 + 64 * c);
-        s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(raw, low), xv[2 * c]);
-        s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low), xv[2 * c + 1]);
+        if constexpr (q4) {
+          s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(raw, low), xv[2 * c]);
+          s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low), xv[2 * c + 1]);
+        } else if (c % 2 == 0) {
+          s0 = _mm512_dpbusd_epi32(s0, _mm512_xor_si512(raw, sign), xv[c]);
+        } else {
+          s1 = _mm512_dpbusd_epi32(s1, _mm512_xor_si512(raw, sign), xv[c]);
+        }
       }
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(dw, dx), acc[i]);
@@ -801,51 +814,70 @@ ACTSPARSE_INT8_ATTR HWY_INLINE void interleaved_dot_groups(const std::byte* HWY_
   for (std::size_t i = 0; i < G; ++i) _mm512_storeu_ps(y + i * interleaved_rows, acc[i]);
 }
 
+template <class B>
 ACTSPARSE_INT8_ATTR HWY_NOINLINE void interleaved_gemv_groups(const std::byte* HWY_RESTRICT base, std::size_t blocks,
                                                               std::size_t g_begin, std::size_t g_end,
                                                               const std::int8_t* HWY_RESTRICT xq,
                                                               const float* HWY_RESTRICT xd,
-                                                              const std::int32_t* HWY_RESTRICT xc,
+                                                              const std::int32_t* HWY_RESTRICT xs,
                                                               float* HWY_RESTRICT y) {
   constexpr std::size_t G = interleaved_groups_at_once;
-  const std::size_t stride = blocks * interleaved_block;
+  const std::size_t stride = blocks * interleaved_block<B>;
   std::size_t g = g_begin;
   for (; g + G <= g_end; g += G) {
-    interleaved_dot_groups<G>(base + g * stride, blocks, xq, xd, xc, y + (g - g_begin) * interleaved_rows);
+    interleaved_dot_groups<B, G>(base + g * stride, blocks, xq, xd, xs, y + (g - g_begin) * interleaved_rows);
   }
   for (; g < g_end; ++g) {
-    interleaved_dot_groups<1>(base + g * stride, blocks, xq, xd, xc, y + (g - g_begin) * interleaved_rows);
+    interleaved_dot_groups<B, 1>(base + g * stride, blocks, xq, xd, xs, y + (g - g_begin) * interleaved_rows);
   }
 }
 #elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-// Eight rows (half a chunk) per 256-bit vector: vpmaddubsw pairs (|n·q_x| <= 15·127, so the
-// sum of 8 pair sums, <= 30480, stays in int16), then vpmaddwd by 1 gives each row's int32.
+// Eight rows (half a chunk) per 256-bit vector. q4_0: vpmaddubsw pairs of nibble × q_x
+// (<= 15·127 each, so the sum of 8 pair sums, <= 30480, stays in int16), then vpmaddwd by 1;
+// −8·xs[b] added. q8_0: the sign trick (|q_w| × sign(q_w)·q_x, pairs <= 2·128·127) and
+// vpmaddwd per chunk. Each lane exactly D_b of its row.
+template <class B>
 HWY_NOINLINE void interleaved_gemv_groups(const std::byte* HWY_RESTRICT base, std::size_t blocks, std::size_t g_begin,
                                           std::size_t g_end, const std::int8_t* HWY_RESTRICT xq,
-                                          const float* HWY_RESTRICT xd, const std::int32_t* HWY_RESTRICT xc,
+                                          const float* HWY_RESTRICT xd, const std::int32_t* HWY_RESTRICT xs,
                                           float* HWY_RESTRICT y) {
+  constexpr bool q4 = std::is_same_v<B, block_q4_0>;
+  constexpr std::size_t bytes = interleaved_block<B>;
   const __m256i low = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
   for (std::size_t g = g_begin; g < g_end; ++g) {
-    const std::byte* p = base + g * blocks * interleaved_block;
+    const std::byte* p = base + g * blocks * bytes;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (std::size_t b = 0; b < blocks; ++b, p += interleaved_block) {
-      for (std::size_t o = 0; o < interleaved_block; o += 64) prefetch_line(p + interleaved_prefetch_bytes + o);
+    for (std::size_t b = 0; b < blocks; ++b, p += bytes) {
+      for (std::size_t o = 0; o < bytes; o += 64) prefetch_line(p + interleaved_prefetch_bytes + o);
       const std::int8_t* xb = xq + b * values_per_block;
       const __m256 dx = _mm256_set1_ps(xd[b]);
       for (std::size_t h = 0; h < 2; ++h) {
-        __m256i pairs = _mm256_setzero_si256();
-        for (std::size_t c = 0; c < 4; ++c) {
-          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * c + 32 * h));
-          std::int32_t x0;
-          std::int32_t x1;
-          std::memcpy(&x0, xb + 8 * c, 4);
-          std::memcpy(&x1, xb + 8 * c + 4, 4);
-          pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(_mm256_and_si256(raw, low), _mm256_set1_epi32(x0)));
-          pairs = _mm256_add_epi16(
-              pairs, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), _mm256_set1_epi32(x1)));
+        __m256i sums;
+        if constexpr (q4) {
+          __m256i pairs = _mm256_setzero_si256();
+          for (std::size_t c = 0; c < 4; ++c) {
+            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * c + 32 * h));
+            std::int32_t x0;
+            std::int32_t x1;
+            std::memcpy(&x0, xb + 8 * c, 4);
+            std::memcpy(&x1, xb + 8 * c + 4, 4);
+            pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(_mm256_and_si256(raw, low), _mm256_set1_epi32(x0)));
+            pairs = _mm256_add_epi16(
+                pairs, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low), _mm256_set1_epi32(x1)));
+          }
+          sums = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_set1_epi32(-8 * xs[b]));
+        } else {
+          sums = _mm256_setzero_si256();
+          for (std::size_t c = 0; c < 8; ++c) {
+            const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * c + 32 * h));
+            std::int32_t x0;
+            std::memcpy(&x0, xb + 4 * c, 4);
+            const __m256i pairs =
+                _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(_mm256_set1_epi32(x0), wv));
+            sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, ones));
+          }
         }
-        const __m256i sums = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_set1_epi32(xc[b]));
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
         acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw, dx), acc[h]);
       }
@@ -856,22 +888,29 @@ HWY_NOINLINE void interleaved_gemv_groups(const std::byte* HWY_RESTRICT base, st
 }
 #else
 // Every other target: portable scalar code in the same order.
+template <class B>
 HWY_NOINLINE void interleaved_gemv_groups(const std::byte* HWY_RESTRICT base, std::size_t blocks, std::size_t g_begin,
                                           std::size_t g_end, const std::int8_t* HWY_RESTRICT xq,
-                                          const float* HWY_RESTRICT xd, const std::int32_t* HWY_RESTRICT xc,
+                                          const float* HWY_RESTRICT xd, const std::int32_t* HWY_RESTRICT xs,
                                           float* HWY_RESTRICT y) {
+  constexpr bool q4 = std::is_same_v<B, block_q4_0>;
+  constexpr std::size_t bytes = interleaved_block<B>;
   const float* scales = f16_to_f32_table();
   for (std::size_t g = g_begin; g < g_end; ++g) {
-    const std::byte* p = base + g * blocks * interleaved_block;
+    const std::byte* p = base + g * blocks * bytes;
     float acc[interleaved_rows] = {};
-    for (std::size_t b = 0; b < blocks; ++b, p += interleaved_block) {
+    for (std::size_t b = 0; b < blocks; ++b, p += bytes) {
       const std::int8_t* xb = xq + b * values_per_block;
       for (std::size_t i = 0; i < interleaved_rows; ++i) {
-        std::int32_t sum = xc[b];
-        for (std::size_t c = 0; c < 4; ++c) {
+        std::int32_t sum = q4 ? -8 * xs[b] : 0;
+        for (std::size_t c = 0; c < interleaved_chunks<B>; ++c) {
           for (std::size_t k = 0; k < 4; ++k) {
-            const auto byte = static_cast<std::int32_t>(p[32 + 64 * c + 4 * i + k]);
-            sum += (byte & 0x0f) * xb[8 * c + k] + (byte >> 4) * xb[8 * c + 4 + k];
+            const auto byte = static_cast<std::uint8_t>(p[32 + 64 * c + 4 * i + k]);
+            if constexpr (q4) {
+              sum += (byte & 0x0f) * xb[8 * c + k] + (byte >> 4) * xb[8 * c + 4 + k];
+            } else {
+              sum += static_cast<std::int8_t>(byte) * xb[4 * c + k];
+            }
           }
         }
         std::uint16_t d;
@@ -884,22 +923,33 @@ HWY_NOINLINE void interleaved_gemv_groups(const std::byte* HWY_RESTRICT base, st
 }
 #endif
 
-// The entry point each target exports: y[k] = row k of W·x for k in [begin, end), begin a
-// multiple of 16 (the caller, implementation.hpp, checks it and the dtype); W's interleaved
-// copy is read, a last partial group through a buffer.
-ACTSPARSE_INT8_ATTR inline void gemv_rows_interleaved(const weight_view& w, std::size_t begin, std::size_t end,
-                                                      const std::int8_t* xq, const float* xd, const std::int32_t* xc,
-                                                      float* y) {
+template <class B>
+ACTSPARSE_INT8_ATTR HWY_INLINE void interleaved_gemv_range(const weight_view& w, std::size_t begin, std::size_t end,
+                                                           const std::int8_t* xq, const float* xd,
+                                                           const std::int32_t* xs, float* y) {
   const auto* base = static_cast<const std::byte*>(w.interleaved);
   const std::size_t blocks = w.cols / values_per_block;
   const std::size_t g_begin = begin / interleaved_rows;
   const std::size_t whole = end / interleaved_rows;  // groups written in place
-  if (whole > g_begin) interleaved_gemv_groups(base, blocks, g_begin, whole, xq, xd, xc, y + begin);
+  if (whole > g_begin) interleaved_gemv_groups<B>(base, blocks, g_begin, whole, xq, xd, xs, y + begin);
   if (whole * interleaved_rows < end) {
     alignas(64) float last[interleaved_rows];
-    interleaved_gemv_groups(base, blocks, whole, whole + 1, xq, xd, xc, last);
+    interleaved_gemv_groups<B>(base, blocks, whole, whole + 1, xq, xd, xs, last);
     const std::size_t at = whole * interleaved_rows;
     for (std::size_t k = at; k < end; ++k) y[k] = last[k - at];
+  }
+}
+
+// The entry point each target exports: y[k] = row k of W·x for k in [begin, end), begin a
+// multiple of 16 (the caller, implementation.hpp, checks it and the dtype); W's interleaved
+// copy is read, a last partial group through a buffer.
+ACTSPARSE_INT8_ATTR inline void gemv_rows_interleaved(const weight_view& w, std::size_t begin, std::size_t end,
+                                                      const std::int8_t* xq, const float* xd, const std::int32_t* xs,
+                                                      float* y) {
+  if (w.type == dtype::q8_0) {
+    interleaved_gemv_range<block_q8_0>(w, begin, end, xq, xd, xs, y);
+  } else {
+    interleaved_gemv_range<block_q4_0>(w, begin, end, xq, xd, xs, y);
   }
 }
 
