@@ -419,6 +419,7 @@ TEST_CASE("cpu q8_0 / q4_0 transposed linear equals the reference (bit for bit w
 }
 
 TEST_CASE("cpu q8_0 / q4_0: the same bits for 1, 2 and 3 threads and for an engine's (ith, nth) split") {
+  // The GEMV from the row-major blocks and from an interleaved copy (cpu::interleave_rows).
   std::mt19937 rng(43);
   for (const dtype t : block_dtypes) {
     const test_weights w = make_weights(t, 1000, 1120, rng);  // GEMV: 16 tasks of 64 rows
@@ -427,28 +428,31 @@ TEST_CASE("cpu q8_0 / q4_0: the same bits for 1, 2 and 3 threads and for an engi
     const auto x_in = random_vector(96, rng);
     const auto kept_rows = random_subset(1000, 0.4, rng);
     const auto kept_inputs = random_subset(96, 0.4, rng);
-    for (const bool int8 : {true, false}) {
-      const cpu_backend cpu = backend_with(int8);
-      for (const subset rows : {subset::everything(), subset::only(kept_rows)}) {
-        const auto one = cpu_gemv(w.view, x, rows, int8);
-        for (const std::size_t threads : {1U, 2U, 3U}) {
-          INFO(name(t), " gemv, int8 ", int8, ", threads ", threads);
-          cpu::thread_pool pool(threads);
-          cpu::executor ex(pool);
-          CHECK(same_bits(cpu_gemv(w.view, x, rows, ex, int8), one));
-          std::vector<float> y(one.size(), -1.0F);
-          std::vector<std::thread> engine;
-          for (std::size_t i = 0; i < threads; ++i) {
-            engine.emplace_back([&, i] {
-              // Each engine thread quantizes x into its own workspace.
-              const gemv_args a{w.view, x, y, rows};
-              std::vector<std::byte> workspace(cpu.workspace_size(a));
-              cpu::executor mine = cpu::executor::split({i, threads});
-              (void)cpu.run(a, workspace, mine);
-            });
+    const cpu::interleaved_weights iw = cpu::interleave_rows(w.view);
+    for (const weight_view& view : {w.view, iw.view}) {
+      for (const bool int8 : {true, false}) {
+        const cpu_backend cpu = backend_with(int8);
+        for (const subset rows : {subset::everything(), subset::only(kept_rows)}) {
+          const auto one = cpu_gemv(view, x, rows, int8);
+          for (const std::size_t threads : {1U, 2U, 3U}) {
+            INFO(name(t), " gemv, int8 ", int8, ", threads ", threads, ", interleaved ", view.interleaved != nullptr);
+            cpu::thread_pool pool(threads);
+            cpu::executor ex(pool);
+            CHECK(same_bits(cpu_gemv(view, x, rows, ex, int8), one));
+            std::vector<float> y(one.size(), -1.0F);
+            std::vector<std::thread> engine;
+            for (std::size_t i = 0; i < threads; ++i) {
+              engine.emplace_back([&, i] {
+                // Each engine thread quantizes x into its own workspace.
+                const gemv_args a{view, x, y, rows};
+                std::vector<std::byte> workspace(cpu.workspace_size(a));
+                cpu::executor mine = cpu::executor::split({i, threads});
+                (void)cpu.run(a, workspace, mine);
+              });
+            }
+            for (auto& e : engine) e.join();
+            CHECK(same_bits(y, one));
           }
-          for (auto& e : engine) e.join();
-          CHECK(same_bits(y, one));
         }
       }
     }

@@ -4,7 +4,8 @@
 // dequantized in registers: int8 or nibble -> f32 (exact), d f16 -> f32 (exact, a table).
 // And the integer GEMV (ggml's vec_dot_q8_0_q8_0 / q4_0_q8_0 idea): x quantized once per call
 // to 8-bit blocks (quantize_q8_0_x), then per block an exact int32 dot product of the weight
-// integers with x's, scaled by d_w·d_x in f32 (gemv_rows_q8x; AVX-512 VNNI, AVX2, portable).
+// integers with x's, scaled by d_w·d_x in f32 (gemv_rows_q8x; AVX-512 VNNI, AVX2, portable),
+// and the same from copies with rows interleaved 16 at a time (gemv_rows_interleaved).
 // Included by gemv-inl.h inside its toggle guard, so foreach_target.h compiles it per target.
 // No #pragma once: the toggle guard below lets foreach_target.h re-include this file.
 
