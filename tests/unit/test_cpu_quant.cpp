@@ -628,8 +628,7 @@ TEST_CASE("cpu::interleave_rows: lossless (each row reads back as its blocks), o
   CHECK_THROWS_WITH_AS((void)cpu::interleave_rows(ragged), doctest::Contains("a multiple of 32 values per row"), error);
 }
 
-TEST_CASE(
-    "cpu q8_0 / q4_0 interleaved gemv: within the integer path's bounds on every target; gathers read the blocks") {
+TEST_CASE("cpu q8_0 / q4_0 interleaved gemv: within the integer bounds on every target, and gathers read the blocks") {
   std::mt19937 rng(61);
   const reference_backend ref;
   // 1120 / 4128: odd block counts, several prefetch steps; 7 / 33 / 130: partial last groups;

@@ -342,19 +342,22 @@ struct cpu_backend {
   // read this way must hold finite values (0·Inf is NaN).
   std::size_t coalesce_gap = 0;
 
-  // GEMV option for q8_0 / q4_0 weights (gemv_args, and the up and gate rows of the gated
-  // FFN, and its down projection from an interleaved W_down): true (default) quantizes x once per call to 8-bit blocks
-  // (per 32 values d_x = max|x|/127 in f32, q_x = round(x/d_x) in int8; cpu::dispatch_quantize_q8_0_x) and runs integer
-  // dot products, as ggml does: per block the exact int32 Σ q_w·q_x, times d_w·d_x. Much less work per weight byte than
-  // dequantizing; the result carries x's quantization error, |x_i − d_x·q_x,i| <= d_x/2 per value, i.e. per row about
-  // Σ_b |d_w|·Σ_i |q_w,i|·d_x/2 (tests/unit/test_cpu_quant.cpp states the whole bound). false keeps the f32 path:
-  // blocks dequantized exactly and multiplied by f32 x (within f32 rounding of the reference). The row axpy
-  // (transposed_linear_args, the FFN's down_t) is f32 either way. With the option the call needs a workspace
-  // (workspace_size) for the quantized x; with executor::split every calling thread quantizes x into its own, so each
-  // needs its own workspace. A q8_0 / q4_0 weight with an interleaved copy (weight_view::interleaved,
-  // cpu::interleave_rows) has its dense GEMVs on this path read the copy (cpu::dispatch_gemv_rows_interleaved): the
-  // same products, summed per block in one chain per row, at about twice the speed where the row-major kernel is bound
-  // by its arithmetic. Row gathers read the row-major blocks.
+  // GEMV option for q8_0 / q4_0 weights (gemv_args, the up and gate rows of the gated FFN,
+  // and its down projection from an interleaved W_down): true (default) quantizes x once per
+  // call to 8-bit blocks (per 32 values d_x = max|x|/127 in f32, q_x = round(x/d_x) in int8;
+  // cpu::dispatch_quantize_q8_0_x) and runs integer dot products, as ggml does: per block the
+  // exact int32 Σ q_w·q_x, times d_w·d_x. Much less work per weight byte than dequantizing;
+  // the result carries x's quantization error, |x_i − d_x·q_x,i| <= d_x/2 per value, i.e. per
+  // row about Σ_b |d_w|·Σ_i |q_w,i|·d_x/2 (tests/unit/test_cpu_quant.cpp states the whole
+  // bound). false keeps the f32 path: blocks dequantized exactly and multiplied by f32 x
+  // (within f32 rounding of the reference). The row axpy (transposed_linear_args, the FFN's
+  // down_t) is f32 either way. With the option the call needs a workspace (workspace_size)
+  // for the quantized x; with executor::split every calling thread quantizes x into its own,
+  // so each needs its own workspace. A weight with an interleaved copy (weight_view::
+  // interleaved, cpu::interleave_rows) has its dense GEMVs on this path read the copy
+  // (cpu::dispatch_gemv_rows_interleaved): the same products, summed per block in one chain
+  // per row, faster where the row-major kernel is bound by its arithmetic. Row gathers read
+  // the row-major blocks.
   bool int8_activations = true;
 
   // Gated FFN crossover: with at least this fraction of the d_ff neurons kept, the
@@ -363,8 +366,8 @@ struct cpu_backend {
   // rows. The result is the sparse one but for the sign of an exact zero (acc + 0·w; dropped
   // rows must hold finite values, 0·Inf is NaN). Unset (default): the measured crossover for
   // the dtype of W_up, whether W_up and W_down carry interleaved copies, and the executor's
-  // thread count (cpu::measured_read_all_from). Set: a
-  // fraction in (0, 1]; 1 reads every row only when every neuron is kept (as dense does anyway).
+  // thread count (cpu::measured_read_all_from). Set: a fraction in (0, 1]; 1 reads every row
+  // only when every neuron is kept (as dense does anyway).
   std::optional<double> read_all_from;
 
   [[nodiscard]] status can_implement(const gemv_args& a) const noexcept {
