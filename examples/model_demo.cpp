@@ -14,9 +14,11 @@
 // Sequences are spread over --threads workers (default: every CPU); results do not depend on it.
 //
 //   model_demo --synthetic 7b|3b|tiny [--dtype f32|f16|bf16|q8_0|q4_0] [--layers N] [--tokens N]
-//              [--context N] [--threads N] [--json PATH]
+//              [--context N] [--threads N] [--interleave] [--json PATH]
 //
 // decodes through a random-weight stack of that shape instead (speed at a realistic size).
+// --interleave (q8_0 / q4_0) also builds interleaved copies (cpu::interleave_rows) of the
+// attention projections, gate and up, which their dense GEMVs then read.
 //
 // Writes a table to stdout, a progress bar to stderr, and the rows as JSON (default
 // demo-results/latest.json; scripts/demo_plots.py draws the plots from it).
@@ -29,6 +31,7 @@
 #include "llama2c/model.hpp"
 #include "llama2c/tokenizer.hpp"
 
+#include <actsparse/backends/cpu/repack.hpp>
 #include <actsparse/backends/reference.hpp>
 #include <actsparse/calibration/threshold_calibration.hpp>
 #include <actsparse/core/quantize.hpp>
@@ -490,6 +493,7 @@ struct synthetic_options {
   std::size_t tokens = 16;
   std::size_t context = 256;
   std::size_t threads = std::max(1U, std::thread::hardware_concurrency());
+  bool interleave = false;  // interleaved copies of the matrices read whole (q8_0 / q4_0)
   std::string json = "demo-results/synthetic.json";
 };
 
@@ -542,7 +546,8 @@ owned_matrix copy_of(const owned_matrix& m) {
 
 struct synthetic_layer {
   owned_matrix wq, wk, wv, wo, gate, up, down_t;
-  std::vector<float> k_cache, v_cache;  // [context × d_model]
+  std::vector<float> k_cache, v_cache;           // [context × d_model]
+  std::vector<cpu::interleaved_weights> copies;  // --interleave: the copies the views point at
 };
 
 struct synthetic_row {
@@ -598,6 +603,12 @@ int run_synthetic(const synthetic_options& o) {
     s.v_cache.resize(o.context * d_model);
     for (float& v : s.k_cache) v = u(rng);
     for (float& v : s.v_cache) v = u(rng);
+    if (o.interleave) {  // every matrix a decode step reads whole (down_t is read by kept rows)
+      for (owned_matrix* m : {&s.wq, &s.wk, &s.wv, &s.wo, &s.gate, &s.up}) {
+        s.copies.push_back(cpu::interleave_rows(m->view));
+        m->view = s.copies.back().view;
+      }
+    }
     layers.push_back(std::move(s));
   }
   first = {};
@@ -686,10 +697,10 @@ int run_synthetic(const synthetic_options& o) {
 
   const synthetic_row& d = rows.front();
   std::printf(
-      "actsparse synthetic decode: %zu random %s layers of the %s shape (d_model %zu, d_ff %zu, %zu heads), "
+      "actsparse synthetic decode: %zu random %s layers%s of the %s shape (d_model %zu, d_ff %zu, %zu heads), "
       "KV context %zu, %zu threads, %zu tokens per row\n\n",
-      o.layers, std::string(name(o.type)).c_str(), o.shape.c_str(), d_model, d_ff, heads, o.context, o.threads,
-      o.tokens);
+      o.layers, std::string(name(o.type)).c_str(), o.interleave ? " (interleaved copies)" : "", o.shape.c_str(),
+      d_model, d_ff, heads, o.context, o.threads, o.tokens);
   std::printf("%-14s %9s %9s %9s %9s %9s %9s %9s\n", "policy", "tok/s", "ms/tok", "FFN ms", "other ms", "speed-up",
               "FFN x", "ideal");
   std::printf("%s\n", std::string(86, '-').c_str());
@@ -706,7 +717,8 @@ int run_synthetic(const synthetic_options& o) {
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
   std::ofstream f(o.json);
   if (!f) detail::fail("model_demo", "--json", o.json, "a writable path");
-  f << "{\n \"shape\": \"" << o.shape << "\", \"dtype\": \"" << name(o.type) << "\", \"layers\": " << o.layers
+  f << "{\n \"shape\": \"" << o.shape << "\", \"dtype\": \"" << name(o.type)
+    << "\", \"interleaved\": " << (o.interleave ? "true" : "false") << ", \"layers\": " << o.layers
     << ", \"threads\": " << o.threads << ", \"context\": " << o.context << ",\n \"rows\": [\n";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const synthetic_row& r = rows[i];
@@ -779,7 +791,8 @@ options parse(int argc, char** argv) {
 
 }  // namespace
 
-// --synthetic SHAPE [--dtype T] [--layers N] [--tokens N] [--context N] [--threads N] [--json PATH]
+// --synthetic SHAPE [--dtype T] [--layers N] [--tokens N] [--context N] [--threads N] [--interleave]
+// [--json PATH]
 synthetic_options parse_synthetic(int argc, char** argv) {
   synthetic_options o;
   for (int i = 1; i < argc; ++i) {
@@ -806,12 +819,18 @@ synthetic_options parse_synthetic(int argc, char** argv) {
       o.context = count(1, 1 << 16);
     } else if (a == "--threads") {
       o.threads = count(1, 256);
+    } else if (a == "--interleave") {
+      o.interleave = true;
     } else if (a == "--json") {
       o.json = value();
     } else {
       detail::fail("model_demo --synthetic", "argument", a,
-                   "one of --dtype T, --layers N, --tokens N, --context N, --threads N, --json PATH");
+                   "one of --dtype T, --layers N, --tokens N, --context N, --threads N, --interleave, --json PATH");
     }
+  }
+  if (o.interleave && o.type != dtype::q8_0 && o.type != dtype::q4_0) {
+    detail::fail("model_demo --synthetic", "--interleave with --dtype", name(o.type),
+                 "--dtype q8_0 or q4_0 (the dtypes with interleaved copies)");
   }
   return o;
 }
