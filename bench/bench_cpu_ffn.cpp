@@ -69,7 +69,7 @@ template <class T>
 struct layer {
   std::vector<T> gate, up, down_t;               // [d_ff × d_model] each
   std::vector<T> down;                           // [d_model × d_ff]: with the interleaved copies only
-  std::vector<cpu::interleaved_weights> copies;  // gate, up and down interleaved (the q4_0_x16 rows), or none
+  std::vector<cpu::interleaved_weights> copies;  // gate, up and down interleaved (the <dtype>_x16 rows), or none
 };
 
 template <class T>
@@ -96,7 +96,7 @@ weight_view matrix_of(const std::vector<T>& v, std::size_t rows, std::size_t col
   return weight_view(v.data(), dtype_traits<T>::type, rows, cols, row_bytes(dtype_traits<T>::type, cols));
 }
 
-// The dtype's label in row names: q4_0_x16 for q4_0 with interleaved copies.
+// The dtype's label in row names: q8_0_x16 / q4_0_x16 with interleaved copies.
 template <class T>
 std::string label_of(bool interleaved) {
   return std::string(name(dtype_traits<T>::type)) + (interleaved ? "_x16" : "");
