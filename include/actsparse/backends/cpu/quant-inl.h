@@ -45,6 +45,7 @@ inline const float* f16_to_f32_table() {
 #define ACTSPARSE_CPU_QUANT_INL_H_
 #endif
 
+#include <actsparse/backends/cpu/repack.hpp>
 #include <actsparse/core/dtype.hpp>
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/views.hpp>
@@ -754,7 +755,7 @@ ACTSPARSE_INT8_ATTR inline void gemv_rows_q8x(const weight_view& w, const std::u
 // rows, and the 16 scales convert at once. Measured on the AMD EPYC host (bench_cpu_gemv
 // cpu_gemv/q4_0_x16/cache, 2048 rows × 4096 from L3, one / two threads): 57–69 / 89–104
 // GB/s, where the row-major q4_0 GEMV reaches 28–33 / 40–54: memory binds it, not arithmetic.
-inline constexpr std::size_t interleaved_rows = 16;
+inline constexpr std::size_t interleaved_rows = interleave_group_rows;  // repack.hpp's layout
 template <class B>
 inline constexpr std::size_t interleaved_block = interleaved_rows * sizeof(B);  // 16 scales, then the chunks
 template <class B>
@@ -815,6 +816,9 @@ ACTSPARSE_INT8_ATTR HWY_INLINE void interleaved_dot_groups(const std::byte* HWY_
   for (std::size_t i = 0; i < G; ++i) _mm512_storeu_ps(y + i * interleaved_rows, acc[i]);
 }
 
+#endif
+
+// Rows 16·g + i of W·x for the groups g in [g_begin, g_end), into y[16·(g − g_begin) + i].
 template <class B>
 ACTSPARSE_INT8_ATTR HWY_NOINLINE void interleaved_gemv_groups(const std::byte* HWY_RESTRICT base, std::size_t blocks,
                                                               std::size_t g_begin, std::size_t g_end,
@@ -822,6 +826,7 @@ ACTSPARSE_INT8_ATTR HWY_NOINLINE void interleaved_gemv_groups(const std::byte* H
                                                               const float* HWY_RESTRICT xd,
                                                               const std::int32_t* HWY_RESTRICT xs,
                                                               float* HWY_RESTRICT y) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
   constexpr std::size_t G = interleaved_groups_at_once;
   const std::size_t stride = blocks * interleaved_block<B>;
   std::size_t g = g_begin;
@@ -831,17 +836,11 @@ ACTSPARSE_INT8_ATTR HWY_NOINLINE void interleaved_gemv_groups(const std::byte* H
   for (; g < g_end; ++g) {
     interleaved_dot_groups<B, 1>(base + g * stride, blocks, xq, xd, xs, y + (g - g_begin) * interleaved_rows);
   }
-}
 #elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-// Eight rows (half a chunk) per 256-bit vector. q4_0: vpmaddubsw pairs of nibble × q_x
-// (<= 15·127 each, so the sum of 8 pair sums, <= 30480, stays in int16), then vpmaddwd by 1;
-// −8·xs[b] added. q8_0: the sign trick (|q_w| × sign(q_w)·q_x, pairs <= 2·128·127) and
-// vpmaddwd per chunk. Each lane exactly D_b of its row.
-template <class B>
-HWY_NOINLINE void interleaved_gemv_groups(const std::byte* HWY_RESTRICT base, std::size_t blocks, std::size_t g_begin,
-                                          std::size_t g_end, const std::int8_t* HWY_RESTRICT xq,
-                                          const float* HWY_RESTRICT xd, const std::int32_t* HWY_RESTRICT xs,
-                                          float* HWY_RESTRICT y) {
+  // Eight rows (half a chunk) per 256-bit vector. q4_0: vpmaddubsw pairs of nibble × q_x
+  // (<= 15·127 each, so the sum of 8 pair sums, <= 30480, stays in int16), then vpmaddwd by 1;
+  // −8·xs[b] added. q8_0: the sign trick (|q_w| × sign(q_w)·q_x, pairs <= 2·128·127) and
+  // vpmaddwd per chunk. Each lane exactly D_b of its row.
   constexpr bool q4 = std::is_same_v<B, block_q4_0>;
   constexpr std::size_t bytes = interleaved_block<B>;
   const __m256i low = _mm256_set1_epi8(0x0f);
@@ -886,14 +885,8 @@ HWY_NOINLINE void interleaved_gemv_groups(const std::byte* HWY_RESTRICT base, st
     _mm256_storeu_ps(y + (g - g_begin) * interleaved_rows, acc[0]);
     _mm256_storeu_ps(y + (g - g_begin) * interleaved_rows + 8, acc[1]);
   }
-}
 #else
-// Every other target: portable scalar code in the same order.
-template <class B>
-HWY_NOINLINE void interleaved_gemv_groups(const std::byte* HWY_RESTRICT base, std::size_t blocks, std::size_t g_begin,
-                                          std::size_t g_end, const std::int8_t* HWY_RESTRICT xq,
-                                          const float* HWY_RESTRICT xd, const std::int32_t* HWY_RESTRICT xs,
-                                          float* HWY_RESTRICT y) {
+  // Every other target: portable scalar code in the same order.
   constexpr bool q4 = std::is_same_v<B, block_q4_0>;
   constexpr std::size_t bytes = interleaved_block<B>;
   const float* scales = f16_to_f32_table();
@@ -921,8 +914,8 @@ HWY_NOINLINE void interleaved_gemv_groups(const std::byte* HWY_RESTRICT base, st
     }
     for (std::size_t i = 0; i < interleaved_rows; ++i) y[(g - g_begin) * interleaved_rows + i] = acc[i];
   }
-}
 #endif
+}
 
 template <class B>
 ACTSPARSE_INT8_ATTR HWY_INLINE void interleaved_gemv_range(const weight_view& w, std::size_t begin, std::size_t end,
