@@ -290,7 +290,45 @@ void register_dtype(const shape& s, std::size_t threads, bool interleaved = fals
   }
 }
 
+// The activation of a decode step's d_ff gate values (serial: the ops layer runs it on the
+// calling thread between the gate GEMV and the selector): cpu_backend::activate (vectorized)
+// against the scalar functions of core/activation.hpp (what it replaced), in the same
+// iterations. Counters: speedup (scalar time / vector time), us and scalar_us (per call),
+// gbps (the 4 bytes per value read / time; from the L1, for scale against the FFN rows).
+void BM_cpu_activation(benchmark::State& state, activation act, std::size_t n) {
+  const std::vector<float> g = actsparse_bench::random_floats(n, 3.0F, 5);
+  std::vector<float> v(n);
+  const cpu_backend cpu;
+  double scalar_s = 0.0;
+  double vector_s = 0.0;
+  for (auto _ : state) {
+    const auto scalar = [&] {
+      for (std::size_t i = 0; i < n; ++i) v[i] = apply(act, g[i]);
+      benchmark::ClobberMemory();
+    };
+    const auto vectorized = [&] {
+      std::copy(g.begin(), g.end(), v.begin());
+      cpu.activate(act, v);
+      benchmark::ClobberMemory();
+    };
+    state.SetIterationTime(actsparse_bench::time_pair(state.iterations(), scalar, vectorized, scalar_s, vector_s));
+    benchmark::DoNotOptimize(v.data());
+  }
+  const double calls = static_cast<double>(state.iterations());
+  state.counters["speedup"] = scalar_s / vector_s;
+  state.counters["us"] = vector_s / calls * 1e6;
+  state.counters["scalar_us"] = scalar_s / calls * 1e6;
+  state.counters["gbps"] = static_cast<double>(n * sizeof(float)) * calls / vector_s / 1e9;
+}
+
 void register_all() {
+  for (const activation act : {activation::silu, activation::gelu, activation::relu}) {
+    const std::string row = "cpu_activation/" + std::string(name(act)) + "/11008";
+    benchmark::RegisterBenchmark(row.c_str(), BM_cpu_activation, act, std::size_t{11008})
+        ->UseManualTime()
+        ->MinTime(0.1)
+        ->Unit(benchmark::kMicrosecond);
+  }
   for (const std::size_t threads : {1U, 2U}) {
     for (const shape& s : {llama2_7b, qwen25_3b}) {
       register_dtype<float>(s, threads);

@@ -62,6 +62,85 @@ std::vector<float> run_cpu(const gated_ffn_args& a, cpu::executor ex = {}, const
 
 }  // namespace
 
+TEST_CASE("cpu activation: at least as close to the double oracle as the scalar functions, on every target") {
+  // A sweep over [-120, 120] (past exp's range both ways), gaussian values, and edges.
+  std::vector<float> values;
+  for (int i = -12000; i <= 12000; ++i) values.push_back(static_cast<float>(i) * 0.01F);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0F, 3.0F);
+  for (int i = 0; i < 4001; ++i) values.push_back(normal(rng));
+  const float big = std::numeric_limits<float>::max();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  for (const float v :
+       {0.0F, -0.0F, tiny, -tiny, 1e-30F, -1e-30F, 88.7F, -88.7F, 104.5F, -104.5F, 1e30F, -1e30F, big, -big})
+    values.push_back(v);
+  const float eps = std::numeric_limits<float>::epsilon();
+  for (const activation act : {activation::silu, activation::gelu, activation::relu}) {
+    for_each_target([&] {
+      INFO(name(act));
+      std::vector<float> got = values;
+      const cpu_backend cpu;
+      cpu.activate(act, got);
+      std::size_t worse = 0;
+      std::size_t first = 0;  // the first value out of bound
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const float g = values[i];
+        const double want = test_oracle::activate(act, static_cast<double>(g));
+        const float scalar = apply(act, g);
+        if (act == activation::relu) {
+          if (!same_bits(std::span<const float>(&got[i], 1), std::span<const float>(&scalar, 1)) && worse++ == 0)
+            first = i;
+          continue;
+        }
+        // A few ulp of the exact value, or no further from it than the scalar code (GELU's
+        // argument is rounded in f32 in both, which moves the result by up to |z| ulp).
+        const double err = std::fabs(static_cast<double>(got[i]) - want);
+        const double ulps = 8.0 * eps * std::fabs(want) + 1e-37;
+        const double scalar_err = std::fabs(static_cast<double>(scalar) - want);
+        if (!(err <= ulps || err <= 2.0 * scalar_err) && worse++ == 0) first = i;
+      }
+      INFO("values out of bound: ", worse, "; the first: g = ", values[first], ", got ", got[first], ", scalar ",
+           apply(act, values[first]), ", exact ", test_oracle::activate(act, static_cast<double>(values[first])));
+      CHECK(worse == 0);
+    });
+  }
+}
+
+TEST_CASE("cpu activation: NaN and infinities as the scalar functions, and a value's bits do not depend on its place") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937 rng(8);
+  const std::vector<float> base = random_vector(45, rng);
+  for (const activation act : {activation::silu, activation::gelu, activation::relu}) {
+    for_each_target([&] {
+      INFO(name(act));
+      const cpu_backend cpu;
+      std::vector<float> edges{inf, -inf, nan, -nan};
+      cpu.activate(act, edges);
+      for (std::size_t i = 0; i < edges.size(); ++i) {
+        const float want = apply(act, std::array{inf, -inf, nan, -nan}[i]);
+        INFO("edge ", i);
+        CHECK(std::isnan(edges[i]) == std::isnan(want));
+        if (!std::isnan(want)) CHECK(edges[i] == want);
+      }
+      // The whole vector, then every value alone and every window of it at every offset.
+      std::vector<float> whole = base;
+      cpu.activate(act, whole);
+      for (std::size_t begin = 0; begin < base.size(); begin += 7) {
+        for (const std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{17}, std::size_t{38}}) {
+          const std::size_t end = std::min(begin + n, base.size());
+          std::vector<float> part(base.begin() + static_cast<std::ptrdiff_t>(begin),
+                                  base.begin() + static_cast<std::ptrdiff_t>(end));
+          cpu.activate(act, part);
+          CHECK(same_bits(part, std::span<const float>(whole).subspan(begin, end - begin)));
+        }
+      }
+      std::vector<float> none;
+      cpu.activate(act, none);  // nothing to do
+    });
+  }
+}
+
 TEST_CASE("cpu gated FFN matches the double oracle on every target, dense and neuron-sparse") {
   std::mt19937 rng(41);
   for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16}) {
@@ -102,7 +181,7 @@ TEST_CASE("cpu gated FFN: keep-all equals dense bit for bit, a given gate equals
       std::vector<float> gate_act(333);
       cpu::executor ex;
       REQUIRE(cpu.run(gemv_args{f.gate.view, x, gate_act, subset::everything()}, {}, ex));
-      for (float& v : gate_act) v = apply(activation::silu, v);
+      cpu.activate(activation::silu, gate_act);
       CHECK(same_bits(run_cpu(args_of(f, activation::silu, x, y, subset::everything(), gate_act)), dense));
       CHECK(same_bits(run_cpu(args_of(f, activation::silu, x, y, subset::only(kept), gate_act)),
                       run_cpu(args_of(f, activation::silu, x, y, subset::only(kept)))));
@@ -484,13 +563,14 @@ TEST_CASE("cpu gated FFN with q8_0 / q4_0 weights, integer path: the integer GEM
             return out;
           };
           // Phase 1 as the FFN runs it (h_j = act(g_j)·u_j), then phase 2 as a transposed linear.
-          const std::vector<float> g = gemv(f.gate.view);
+          std::vector<float> g = gemv(f.gate.view);
           const std::vector<float> u = gemv(f.up.view);
+          cpu.activate(activation::silu, g);
           std::vector<float> h(d_ff, 0.0F);
           std::vector<float> gate_act(d_ff, 0.0F);
           for (std::size_t k = 0; k < count; ++k) {
             const std::size_t j = neurons.all ? k : kept[k];
-            gate_act[j] = apply(activation::silu, g[k]);
+            gate_act[j] = g[k];
             h[j] = gate_act[j] * u[k];
           }
           std::vector<float> want(d_model);
@@ -550,12 +630,13 @@ TEST_CASE("cpu gated FFN with interleaved q8_0 / q4_0 weights: the interleaved G
         // Every row read: gate and up, h_j = act(g_j)·u_j (0 for a dropped neuron), y = W_down·h,
         // each by the interleaved GEMV.
         const auto composed = [&](const std::vector<std::uint32_t>* only) {
-          const std::vector<float> g = gemv(gate.view, x);
+          std::vector<float> g = gemv(gate.view, x);
           const std::vector<float> u = gemv(up.view, x);
+          cpu.activate(activation::silu, g);
           std::vector<float> h(d_ff, 0.0F);
           for (std::size_t j = 0; j < d_ff; ++j) {
             if (only == nullptr || std::binary_search(only->begin(), only->end(), static_cast<std::uint32_t>(j)))
-              h[j] = apply(activation::silu, g[j]) * u[j];
+              h[j] = g[j] * u[j];
           }
           return gemv(down.view, h);
         };

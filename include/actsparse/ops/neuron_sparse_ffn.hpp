@@ -53,6 +53,18 @@ typename Scorer::input_type score_input(std::span<const float> v, activation act
   }
 }
 
+// v[i] = act(v[i]) with the backend's own activation when it has one (`activate(act, v)`,
+// as cpu_backend: the act(g) passed in then has the bits its dense path computes, so keep-all
+// equals dense), else the scalar functions of core/activation.hpp.
+template <class Backend>
+void activate(const Backend& backend, activation act, std::span<float> v) {
+  if constexpr (requires { backend.activate(act, v); }) {
+    backend.activate(act, v);
+  } else {
+    for (float& value : v) value = apply(act, value);
+  }
+}
+
 }  // namespace detail
 
 template <class Scorer, class Selector, class Backend>
@@ -80,7 +92,7 @@ struct neuron_sparse_ffn {
       s.preactivation.assign(s.gate.begin(), s.gate.end());
       values = s.preactivation;
     }
-    for (float& v : s.gate) v = apply(w.act, v);
+    detail::activate(backend, w.act, std::span<float>(s.gate));
     if (source == score_source::hidden) {
       s.up.resize(d_ff);
       s.hidden.resize(d_ff);

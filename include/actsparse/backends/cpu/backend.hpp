@@ -64,6 +64,13 @@ void dispatch_gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std
 void dispatch_gemv_rows_interleaved(const weight_view& w, std::size_t begin, std::size_t end, const std::int8_t* xq,
                                     const float* xd, const std::int32_t* xs, float* y);
 
+// v[i] = act(v[i]) for i < n, vectorized (activation-inl.h): within a few ulp of the scalar
+// functions of core/activation.hpp, and a value's bits depend only on the value and the
+// target. The gated FFNs of this backend compute act(g) with it, and neuron_sparse_ffn calls
+// it (cpu_backend::activate) for the act(g) it passes in, so keep-all equals dense bit for bit.
+// Defined by implementation.hpp.
+void dispatch_activate(activation a, float* v, std::size_t n);
+
 // Bytes of x quantized (n values): d (f32, one per 32 values), then q (int8, one per value),
 // then the block sums of q that the interleaved GEMV takes (int32, one per 32 values).
 [[nodiscard]] constexpr std::size_t quantized_x_bytes(std::size_t n) noexcept {
@@ -342,6 +349,10 @@ struct cpu_backend {
   // read this way must hold finite values (0·Inf is NaN).
   std::size_t coalesce_gap = 0;
 
+  // v[i] = act(v[i]), vectorized (cpu::dispatch_activate): what this backend's gated FFNs
+  // compute for act(g). neuron_sparse_ffn calls it for the act(g) it scores and passes in.
+  void activate(activation act, std::span<float> v) const { cpu::dispatch_activate(act, v.data(), v.size()); }
+
   // GEMV option for q8_0 / q4_0 weights (gemv_args, the up and gate rows of the gated FFN,
   // and its down projection from an interleaved W_down): true (default) quantizes x once per
   // call to 8-bit blocks (per 32 values d_x = max|x|/127 in f32, q_x = round(x/d_x) in int8;
@@ -518,11 +529,13 @@ struct cpu_backend {
       const std::size_t begin = t * cpu::gemv_rows_per_task;
       const std::size_t end = begin + cpu::gemv_rows_per_task < phase1 ? begin + cpu::gemv_rows_per_task : phase1;
       gemv_rows(a.up, begin, end, u);
-      if (!gate_given) gemv_rows(a.gate, begin, end, g);
+      if (!gate_given) {
+        gemv_rows(a.gate, begin, end, g);
+        cpu::dispatch_activate(a.act, g + begin, end - begin);
+      }
       for (std::size_t k = begin; k < end; ++k) {
         const std::size_t j = rows != nullptr ? rows[k] : k;
-        const float act = gate_given ? a.gate_act[j] : apply(a.act, g[k]);
-        h[j] = act * u[k];
+        h[j] = (gate_given ? a.gate_act[j] : g[k]) * u[k];
       }
     });
     if (read_all) {  // the dropped neurons (not in the sorted kept list) add 0
@@ -610,7 +623,8 @@ struct cpu_backend {
         for (std::size_t i = 0; i < k; ++i) {
           gemv_rows(a.up, i, r, e, h + i * d_ff);
           gemv_rows(a.gate, i, r, e, g + i * d_ff);
-          for (std::size_t j = r; j < e; ++j) h[i * d_ff + j] *= apply(a.act, g[i * d_ff + j]);
+          cpu::dispatch_activate(a.act, g + i * d_ff + r, e - r);
+          for (std::size_t j = r; j < e; ++j) h[i * d_ff + j] *= g[i * d_ff + j];
         }
       }
     });

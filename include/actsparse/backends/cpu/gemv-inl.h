@@ -10,6 +10,7 @@
 #define ACTSPARSE_CPU_GEMV_INL_H_
 #endif
 
+#include <actsparse/backends/cpu/activation-inl.h>
 #include <actsparse/backends/cpu/quant-inl.h>
 #include <actsparse/core/dtype.hpp>
 #include <actsparse/core/views.hpp>

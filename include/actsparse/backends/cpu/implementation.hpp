@@ -36,6 +36,7 @@ HWY_EXPORT(fused_multiply_add);
 HWY_EXPORT(quantize_q8_0_x);
 HWY_EXPORT(gemv_rows_q8x);
 HWY_EXPORT(gemv_rows_interleaved);
+HWY_EXPORT(activate);
 #define ACTSPARSE_CPU_DISPATCH(f) HWY_DYNAMIC_DISPATCH(f)
 #endif
 
@@ -64,7 +65,7 @@ void dispatch_gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std
 void dispatch_gemv_rows_interleaved(const weight_view& w, std::size_t begin, std::size_t end, const std::int8_t* xq,
                                     const float* xd, const std::int32_t* xs, float* y) {
   constexpr std::string_view where = "cpu::gemv_rows_interleaved";
-  if ((w.type != dtype::q4_0 && w.type != dtype::q8_0) || w.interleaved == nullptr) {
+  if (!has_interleaved(w)) {
     detail::fail(where, "w",
                  std::string(name(w.type)) + (w.interleaved == nullptr ? " without" : " with") + " an interleaved copy",
                  "q8_0 or q4_0 with weight_view::interleaved set (cpu::interleave_rows)");
@@ -75,6 +76,7 @@ void dispatch_gemv_rows_interleaved(const weight_view& w, std::size_t begin, std
                   "in [begin, w.rows] = [" + std::to_string(begin) + ", " + std::to_string(w.rows) + "]");
   ACTSPARSE_CPU_DISPATCH(gemv_rows_interleaved)(w, begin, end, xq, xd, xs, y);
 }
+void dispatch_activate(activation a, float* v, std::size_t n) { ACTSPARSE_CPU_DISPATCH(activate)(a, v, n); }
 #undef ACTSPARSE_CPU_DISPATCH
 
 }  // namespace actsparse::cpu
