@@ -17,7 +17,11 @@
 // gathered rows sit at lower activities, where their crossover lies. Dense is dense_ffn with the same weights,
 // interleaved in the same iterations. Several layers are cycled so that no weight byte comes from the L3.
 //
-// Counters on every row:
+// The cpu_ffn_step rows cut a sparse step into its parts (the gate GEMV, the serial
+// activation / score / top_k, the gathered up and down), and the cpu_activation rows time the
+// activation alone; their counters are described at BM_cpu_ffn_step and BM_cpu_activation.
+//
+// Counters on every cpu_ffn row:
 //   gbps           weight bytes that must be read / time (1e9 bytes per GB): the whole gate,
 //                  and the kept rows of up and down
 //   speedup        dense time / this time (dense measured in the same iterations)
@@ -290,6 +294,95 @@ void register_dtype(const shape& s, std::size_t threads, bool interleaved = fals
   }
 }
 
+// Where a sparse decode step's time goes: the step at activity a (top_k, the random set) cut
+// into its parts, each timed on its own, all interleaved with the dense FFN in the same
+// iterations (each part on a different layer, cycled, so none reads from the cache):
+//   gate_us      the gate GEMV (gemv_args, every row)
+//   serial_us    activation, magnitude score and top_k on the calling thread
+//   sparse_us    the backend's gated FFN with the activated gate given: the up gather and
+//                the down row axpy (or, from the crossover on, every row)
+//   step_us      the whole step (neuron_sparse_ffn); dense_us the dense FFN
+//   gate_share   gate_us / (dense_us / 3): the gate against a third of dense (1 = as fast per byte)
+//   sparse_ideal sparse_us / (dense_us · 2a / 3): the gathered bytes against dense's speed per byte
+//   pct_of_ideal dense_us / step_us / (3 / (1 + 2a))
+template <class T>
+void BM_cpu_ffn_step(benchmark::State& state, shape s, double a, std::size_t threads, bool interleaved) {
+  const layers<T>& w = weights<T>(s, interleaved);
+  const std::vector<float> x = actsparse_bench::random_floats(s.d_model, 1.0F, 7);
+  std::vector<float> y(s.d_model);
+  cpu::thread_pool pool(threads);
+  cpu::executor ex(pool);
+  const cpu_backend cpu;
+  const auto k = static_cast<std::size_t>(std::lround(a * static_cast<double>(s.d_ff)));
+  const top_k select = top_k::by_count(k);
+  const neuron_sparse_ffn op{magnitude{}, select, score_source::gate_activation, cpu};
+  ffn_scratch scratch;
+  selection kept;
+  std::vector<float> g(s.d_ff);
+  std::vector<float> act(s.d_ff);
+  std::vector<float> scores(s.d_ff);
+  std::vector<std::byte> workspace;
+  bool ok = true;
+  const auto run = [&](const auto& args) {
+    workspace.resize(cpu.workspace_size(args));
+    ok = cpu.run(args, workspace, ex) && ok;
+  };
+  actsparse_bench::warm_up(w.l.size(),
+                           [&](std::size_t i) { ok = dense_ffn(cpu, view_of(w.l[i], s), x, y, scratch, ex) && ok; });
+  constexpr std::size_t parts = 5;  // dense, gate, serial, sparse, step
+  double total[parts] = {};
+  std::size_t next = 0;
+  for (auto _ : state) {
+    double t = 0.0;
+    for (std::size_t p = 0; p < parts; ++p) {
+      const std::size_t part = (p + static_cast<std::size_t>(state.iterations())) % parts;  // rotate the order
+      const ffn_weights l = view_of(w.l[next], s);
+      next = (next + 1) % w.l.size();
+      const double seconds = actsparse_bench::seconds([&] {
+        switch (part) {
+          case 0:
+            ok = dense_ffn(cpu, l, x, y, scratch, ex) && ok;
+            break;
+          case 1:
+            run(gemv_args{l.gate, x, g, subset::everything()});
+            break;
+          case 2:
+            std::copy(g.begin(), g.end(), act.begin());
+            cpu.activate(l.act, act);
+            magnitude{}.score(std::span<const float>(act), scores);
+            select.select(scores, kept);
+            break;
+          case 3:
+            run(gated_ffn_args{l.act, l.gate, l.up, l.down, x, y, subset::only(kept.indices), act, l.down_t});
+            break;
+          default:
+            ok = op(l, x, y, kept, scratch, ex) && ok;
+        }
+      });
+      total[part] += seconds;
+      if (part == 4) t = seconds;
+    }
+    benchmark::DoNotOptimize(y.data());
+    state.SetIterationTime(t);
+  }
+  if (!ok) {
+    state.SkipWithError("the CPU backend did not handle this configuration");
+    return;
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double kept_fraction = static_cast<double>(kept.indices.size()) / static_cast<double>(s.d_ff);
+  const double dense = total[0] / n;
+  state.counters["dense_us"] = dense * 1e6;
+  state.counters["gate_us"] = total[1] / n * 1e6;
+  state.counters["serial_us"] = total[2] / n * 1e6;
+  state.counters["sparse_us"] = total[3] / n * 1e6;
+  state.counters["step_us"] = total[4] / n * 1e6;
+  state.counters["gate_share"] = total[1] / n / (dense / 3.0);
+  state.counters["sparse_ideal"] = total[3] / n / (dense * 2.0 * kept_fraction / 3.0);
+  state.counters["pct_of_ideal"] = dense / (total[4] / n) / (3.0 / (1.0 + 2.0 * kept_fraction));
+  state.counters["kept"] = kept_fraction;
+}
+
 // The activation of a decode step's d_ff gate values (serial: the ops layer runs it on the
 // calling thread between the gate GEMV and the selector): cpu_backend::activate (vectorized)
 // against the scalar functions of core/activation.hpp (what it replaced), in the same
@@ -321,7 +414,26 @@ void BM_cpu_activation(benchmark::State& state, activation act, std::size_t n) {
   state.counters["gbps"] = static_cast<double>(n * sizeof(float)) * calls / vector_s / 1e9;
 }
 
+template <class T>
+void register_step(const shape& s, std::size_t threads, bool interleaved = false) {
+  for (const double a : {0.05, 0.2}) {
+    char label[96];
+    std::snprintf(label, sizeof label, "cpu_ffn_step/%s/%s/t%zu/a%.2f", label_of<T>(interleaved).c_str(), s.label,
+                  threads, a);
+    benchmark::RegisterBenchmark(label, BM_cpu_ffn_step<T>, s, a, threads, interleaved)
+        ->UseManualTime()
+        ->MinTime(0.3)
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
 void register_all() {
+  for (const std::size_t threads : {1U, 2U}) {
+    register_step<f16>(llama2_7b, threads);
+    register_step<block_q8_0>(llama2_7b, threads);
+    register_step<block_q4_0>(llama2_7b, threads);
+    register_step<block_q4_0>(llama2_7b, threads, true);
+  }
   for (const activation act : {activation::silu, activation::gelu, activation::relu}) {
     const std::string row = "cpu_activation/" + std::string(name(act)) + "/11008";
     benchmark::RegisterBenchmark(row.c_str(), BM_cpu_activation, act, std::size_t{11008})
