@@ -12,6 +12,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -403,4 +404,69 @@ TEST_CASE("threshold: infinities are fine, NaN is an error") {
   CHECK_THROWS_WITH_AS((void)(threshold{qnan}.select(s)), doctest::Contains("'t' is nan"), error);
   CHECK_THROWS_WITH_AS((void)(threshold{0.5F}.select(std::vector<float>{})), doctest::Contains("'scores.size()' is 0"),
                        error);
+}
+
+TEST_CASE("selectors: the AVX-512 passes give the portable passes' indices and masses, bit for bit") {
+  if (!detail::simd_selection()) {
+    MESSAGE("this build or CPU has no AVX-512 selection passes: nothing to compare");
+    return;
+  }
+  const auto same = [](const selection& a, const selection& b) {
+    return a.indices == b.indices &&
+           std::bit_cast<std::uint64_t>(a.covered_mass) == std::bit_cast<std::uint64_t>(b.covered_mass) &&
+           std::bit_cast<std::uint64_t>(a.total_mass) == std::bit_cast<std::uint64_t>(b.total_mass) &&
+           a.dense_fallback == b.dense_fallback;
+  };
+  // Both ways for one selector on one vector: SIMD on (the default), then off.
+  const auto both = [&](const auto& selector, const std::vector<float>& s) {
+    selection simd;
+    selection portable;
+    selector.select(s, simd);
+    detail::set_simd_selection(false);
+    selector.select(s, portable);
+    detail::set_simd_selection(true);
+    return same(simd, portable);
+  };
+  std::mt19937 rng(99);
+  std::vector<dist> all = non_negative;
+  all.push_back(dist::gaussian);
+  std::size_t compared = 0;
+  for (const dist d : all) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{17}, std::size_t{31},
+                          std::size_t{100}, std::size_t{2049}, std::size_t{11008}}) {
+      const std::vector<float> s = draw(d, n, rng);
+      INFO("dist ", static_cast<int>(d), " n ", n);
+      for (const double r : {0.05, 0.25, 0.5, 0.99}) {
+        CHECK(both(top_k::by_ratio(r), s));
+        ++compared;
+      }
+      for (const float t : {-0.5F, 0.0F, 0.3F, 1.0F}) {
+        CHECK(both(threshold{t}, s));
+        ++compared;
+      }
+      if (d != dist::gaussian) {  // a mass needs scores >= 0
+        for (const double m : {0.1, 0.5, 0.9}) {
+          CHECK(both(cumulative_mass{.mass = m}, s));
+          ++compared;
+        }
+      }
+    }
+  }
+  CHECK(compared > 0);
+  // The passes themselves, on every tail length and both key forms.
+  for (std::size_t n = 0; n < 40; ++n) {
+    const std::vector<float> s = draw(dist::gaussian, n, rng);
+    for (const float cut : {-1.0F, 0.0F, 0.5F}) {
+      const std::uint32_t tk = detail::order_key(cut);
+      std::vector<std::uint32_t> a(n + 1);
+      std::vector<std::uint32_t> b(n + 1);
+      const auto x = detail::avx512::emit_above<false, true>(s, tk, a.data());
+      detail::set_simd_selection(false);
+      const auto y = detail::emit_above<false, true>(s, tk, b.data());
+      detail::set_simd_selection(true);
+      REQUIRE(x.count == y.count);
+      CHECK(std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(x.count), b.begin()));
+      CHECK(std::bit_cast<std::uint64_t>(x.mass) == std::bit_cast<std::uint64_t>(y.mass));
+    }
+  }
 }

@@ -54,26 +54,11 @@ struct threshold {
 
  private:
   // Integer keys: compares of floats measured ~2x slower. -0 is +0 here (they are equal).
-  // The kept mass is summed in the same pass (see detail::emit_cut_with). With an infinite
-  // score the sum is not used.
+  // The kept mass is summed in the same pass (detail::emit_above). With an infinite score
+  // the sum is not used.
   template <bool Positive>
-  ACTSPARSE_SELECTORS_NOINLINE detail::emitted keep_above(std::span<const float> scores,
-                                                          std::uint32_t* dst) const noexcept {
-    const std::uint32_t tk = detail::bracket_key<Positive>(t + 0.0F);
-    double l[detail::mass_lanes] = {};
-    std::size_t cnt = 0;
-    const auto step = [&](std::size_t i, std::size_t lane) {
-      const bool take = detail::bracket_key<Positive>(scores[i]) > tk;
-      dst[cnt] = static_cast<std::uint32_t>(i);  // branch-free: the keep test is data dependent
-      cnt += static_cast<std::size_t>(take);
-      l[lane] += take ? static_cast<double>(scores[i]) : 0.0;
-    };
-    const std::size_t full = scores.size() - scores.size() % detail::mass_lanes;
-    for (std::size_t i = 0; i < full; i += detail::mass_lanes) {
-      for (std::size_t j = 0; j < detail::mass_lanes; ++j) step(i + j, j);
-    }
-    for (std::size_t i = full; i < scores.size(); ++i) step(i, i - full);
-    return {cnt, ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))};
+  detail::emitted keep_above(std::span<const float> scores, std::uint32_t* dst) const noexcept {
+    return detail::emit_above<Positive, true>(scores, detail::bracket_key<Positive>(t + 0.0F), dst);
   }
 };
 

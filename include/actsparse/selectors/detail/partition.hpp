@@ -14,6 +14,7 @@
 // it to one key. A bracket the sample got wrong costs one more pass over every key.
 
 #include <actsparse/core/error.hpp>
+#include <actsparse/selectors/detail/avx512_passes.hpp>
 
 #include <algorithm>
 #include <array>
@@ -249,6 +250,12 @@ ACTSPARSE_SELECTORS_NOINLINE gathered sum_and_gather(std::span<const float> v, b
   // For a positive bracket, (u ^ 2^31) - lk == u - (lk ^ 2^31): the raw bits serve as keys.
   const std::uint32_t lo = Positive ? b.lk ^ 0x80000000U : b.lk;
   const std::uint32_t width = b.hk - b.lk;
+#ifdef ACTSPARSE_SELECTION_AVX512
+  if (simd_selection()) {
+    const auto r = avx512::sum_and_gather<Total, Sign, Positive>(v, lo, width, dst);
+    return {r.total, r.inside, (r.bits >> 31) != 0};
+  }
+#endif
   double l[mass_lanes] = {};
   std::size_t m = 0;
   std::uint32_t bits = 0;
@@ -458,35 +465,51 @@ struct emitted {
   std::size_t count = 0;
   double mass = 0.0;
 };
+
+// The indices whose key is >= tk (Strict: > tk), in index order, to dst (which must hold
+// one slot more than are kept), with their count and mass (AVX-512 where the CPU has it:
+// avx512_passes.hpp, the same bits).
+template <bool Positive, bool Strict>
+ACTSPARSE_SELECTORS_NOINLINE emitted emit_above(std::span<const float> s, std::uint32_t tk,
+                                                std::uint32_t* dst) noexcept {
+#ifdef ACTSPARSE_SELECTION_AVX512
+  if (simd_selection()) {
+    const auto r = avx512::emit_above<Positive, Strict>(s, tk, dst);
+    return {r.count, r.mass};
+  }
+#endif
+  double l[mass_lanes] = {};
+  std::size_t cnt = 0;
+  const auto step = [&](std::size_t i, std::size_t lane) {
+    const std::uint32_t k = bracket_key<Positive>(s[i]);
+    const bool take = Strict ? k > tk : k >= tk;
+    dst[cnt] = static_cast<std::uint32_t>(i);
+    cnt += static_cast<std::size_t>(take);
+    l[lane] += take ? static_cast<double>(s[i]) : 0.0;
+  };
+  const std::size_t full = s.size() - s.size() % mass_lanes;
+  for (std::size_t i = 0; i < full; i += mass_lanes) {
+    for (std::size_t j = 0; j < mass_lanes; ++j) step(i + j, j);  // unrolled: the lanes stay in registers
+  }
+  for (std::size_t i = full; i < s.size(); ++i) step(i, i - full);
+  return {cnt, ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))};
+}
 template <bool Positive>
 ACTSPARSE_SELECTORS_NOINLINE emitted emit_cut_with(std::span<const float> s, const cut& c,
                                                    std::uint32_t* dst) noexcept {
   const std::uint32_t tk = bracket_key<Positive>(c.value);
-  double l[mass_lanes] = {};
+  if (c.ties == c.equal) return emit_above<Positive, false>(s, tk, dst);  // every tie kept: one compare
+  double l[mass_lanes] = {};  // some ties dropped: the first c.ties in index order are kept
   std::size_t cnt = 0;
-  const std::size_t full = s.size() - s.size() % mass_lanes;
-  if (c.ties == c.equal) {  // every tie is kept (the common case): one compare
-    const auto step = [&](std::size_t i, std::size_t lane) {
-      const bool take = bracket_key<Positive>(s[i]) >= tk;
-      dst[cnt] = static_cast<std::uint32_t>(i);
-      cnt += static_cast<std::size_t>(take);
-      l[lane] += take ? static_cast<double>(s[i]) : 0.0;
-    };
-    for (std::size_t i = 0; i < full; i += mass_lanes) {
-      for (std::size_t j = 0; j < mass_lanes; ++j) step(i + j, j);  // unrolled: the lanes stay in registers
-    }
-    for (std::size_t i = full; i < s.size(); ++i) step(i, i - full);
-  } else {
-    std::size_t seen = 0;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      const std::uint32_t k = bracket_key<Positive>(s[i]);
-      const bool eq = k == tk;
-      const bool take = (k > tk) | (eq & (seen < c.ties));
-      seen += static_cast<std::size_t>(eq);
-      dst[cnt] = static_cast<std::uint32_t>(i);
-      cnt += static_cast<std::size_t>(take);
-      l[i % mass_lanes] += take ? static_cast<double>(s[i]) : 0.0;
-    }
+  std::size_t seen = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const std::uint32_t k = bracket_key<Positive>(s[i]);
+    const bool eq = k == tk;
+    const bool take = (k > tk) | (eq & (seen < c.ties));
+    seen += static_cast<std::size_t>(eq);
+    dst[cnt] = static_cast<std::uint32_t>(i);
+    cnt += static_cast<std::size_t>(take);
+    l[i % mass_lanes] += take ? static_cast<double>(s[i]) : 0.0;
   }
   return {cnt, ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))};
 }
