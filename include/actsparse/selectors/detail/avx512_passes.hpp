@@ -90,6 +90,19 @@ ACTSPARSE_AVX512_TARGET inline __mmask16 first(std::size_t count) noexcept {
   return static_cast<__mmask16>((1U << count) - 1U);
 }
 
+// step(16 scores, the mask of those that exist) over v in index order; the last step's
+// missing scores are loaded as 0.
+template <class Step>
+ACTSPARSE_AVX512_TARGET inline void for_each_vector(std::span<const float> v, Step&& step) noexcept {
+  const std::size_t n = v.size();
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) step(_mm512_loadu_ps(v.data() + i), static_cast<__mmask16>(0xFFFF));
+  if (i < n) {
+    const __mmask16 valid = first(n - i);
+    step(_mm512_maskz_loadu_ps(valid, v.data() + i), valid);
+  }
+}
+
 // sum_and_gather: (Total) the lane sum of every score, the scores whose key - lo <= width
 // (unsigned) compressed to dst in index order, (Sign) the OR of every score's bits.
 struct gather_result {
@@ -114,13 +127,7 @@ ACTSPARSE_AVX512_TARGET gather_result sum_and_gather(std::span<const float> v, s
     _mm512_mask_compressstoreu_ps(dst + m, in, x);
     m += static_cast<std::size_t>(__builtin_popcount(in));
   };
-  const std::size_t n = v.size();
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) step(_mm512_loadu_ps(v.data() + i), static_cast<__mmask16>(0xFFFF));
-  if (i < n) {
-    const __mmask16 valid = first(n - i);
-    step(_mm512_maskz_loadu_ps(valid, v.data() + i), valid);
-  }
+  for_each_vector(v, step);
   return {lane_total(acc), m, or_lanes(bits)};
 }
 
@@ -148,13 +155,7 @@ ACTSPARSE_AVX512_TARGET emit_result emit_above(std::span<const float> s, std::ui
     acc = add_lanes(acc, x, keep);
     index = _mm512_add_epi32(index, sixteen);
   };
-  const std::size_t n = s.size();
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) step(_mm512_loadu_ps(s.data() + i), static_cast<__mmask16>(0xFFFF));
-  if (i < n) {
-    const __mmask16 valid = first(n - i);
-    step(_mm512_maskz_loadu_ps(valid, s.data() + i), valid);
-  }
+  for_each_vector(s, step);
   return {count, lane_total(acc)};
 }
 
