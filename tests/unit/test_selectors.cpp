@@ -453,6 +453,26 @@ TEST_CASE("selectors: the AVX-512 passes give the portable passes' indices and m
     }
   }
   CHECK(compared > 0);
+  // Keep-all and keep-none (only the scan of every score), and the scan itself on every
+  // tail length, with a negative score and without.
+  for (const std::size_t n : {std::size_t{1}, std::size_t{17}, std::size_t{11008}}) {
+    const std::vector<float> s = draw(dist::silu, n, rng);
+    CHECK(both(top_k::by_ratio(1.0), s));
+    CHECK(both(top_k::by_count(0), s));
+    CHECK(both(cumulative_mass{.mass = 1.0}, s));
+  }
+  for (std::size_t n = 1; n < 40; ++n) {
+    for (const dist d : {dist::uniform, dist::gaussian, dist::signed_zeros}) {
+      const std::vector<float> s = draw(d, n, rng);
+      const detail::score_scan x = detail::scan_scores(s);
+      detail::set_simd_selection(false);
+      const detail::score_scan y = detail::scan_scores(s);
+      detail::set_simd_selection(true);
+      CHECK(std::bit_cast<std::uint64_t>(x.total) == std::bit_cast<std::uint64_t>(y.total));
+      CHECK(x.negative == y.negative);
+      CHECK(x.non_finite == y.non_finite);
+    }
+  }
   // The passes themselves, on every tail length and both key forms.
   for (std::size_t n = 0; n < 40; ++n) {
     const std::vector<float> s = draw(dist::gaussian, n, rng);

@@ -1,6 +1,6 @@
 #pragma once
-// AVX-512 versions of the selectors' two index-order passes over every score (partition.hpp:
-// sum_and_gather and the emission of a cut), 16 scores per step: the keep test as one vector
+// AVX-512 versions of the selectors' index-order passes over every score (partition.hpp:
+// scan_scores, sum_and_gather and the emission of a cut), 16 scores per step: the keep test as one vector
 // compare into a mask, the kept indices or scores written by a compress-store, and the mass
 // as eight double lanes in one register (lane k adds the scores whose index is k mod 8, in
 // ascending index order: the order of the portable passes, so every result has the same
@@ -129,6 +129,26 @@ ACTSPARSE_AVX512_TARGET gather_result sum_and_gather(std::span<const float> v, s
   };
   for_each_vector(v, step);
   return {lane_total(acc), m, or_lanes(bits)};
+}
+
+// scan_scores: the lane sum of every score and the largest bit pattern.
+struct scan_result {
+  double total;
+  std::uint32_t top;
+};
+ACTSPARSE_AVX512_TARGET inline scan_result scan(std::span<const float> v) noexcept {
+  __m512d acc = _mm512_setzero_pd();
+  __m512i top = _mm512_setzero_si512();
+  const auto step = [&](__m512 x, __mmask16 valid) ACTSPARSE_AVX512_TARGET {
+    acc = add_lanes(acc, x, valid);
+    top = _mm512_maskz_max_epu32(static_cast<__mmask16>(0xFFFF), top, _mm512_castps_si512(x));  // missing: 0
+  };
+  for_each_vector(v, step);
+  alignas(64) std::uint32_t l[16];
+  _mm512_store_si512(l, top);
+  std::uint32_t r = 0;
+  for (const std::uint32_t x : l) r = x > r ? x : r;
+  return {lane_total(acc), r};
 }
 
 // The indices whose key is >= tk (Strict: > tk) in index order to dst; their count and the

@@ -104,6 +104,12 @@ struct score_scan {
 };
 
 ACTSPARSE_SELECTORS_NOINLINE inline score_scan scan_scores(std::span<const float> s) noexcept {
+#ifdef ACTSPARSE_SELECTION_AVX512
+  if (simd_selection()) {
+    const auto r = avx512::scan(s);
+    return {r.total, !std::isfinite(r.total), r.top > 0x80000000U};
+  }
+#endif
   double l[mass_lanes] = {};
   std::uint32_t top = 0;  // the largest bit pattern: above 2^31 exactly when a score is < 0
   const std::size_t n = s.size();
