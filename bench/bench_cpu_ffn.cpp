@@ -242,7 +242,7 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads,
   const double read = m * (1.0 + 2.0 * kept_fraction);
   const double gbps = read * n / sparse_s / 1e9;
   const double speedup = dense_s / sparse_s;
-  const double ideal = 3.0 / (1.0 + 2.0 * kept_fraction);
+  const double ideal = actsparse_bench::ideal_ffn_speedup(kept_fraction);
   state.counters["gbps"] = gbps;
   state.counters["speedup"] = speedup;
   state.counters["ideal"] = ideal;
@@ -379,7 +379,7 @@ void BM_cpu_ffn_step(benchmark::State& state, shape s, double a, std::size_t thr
   state.counters["step_us"] = total[4] / n * 1e6;
   state.counters["gate_share"] = total[1] / n / (dense / 3.0);
   state.counters["sparse_ideal"] = total[3] / n / (dense * 2.0 * kept_fraction / 3.0);
-  state.counters["pct_of_ideal"] = dense / (total[4] / n) / (3.0 / (1.0 + 2.0 * kept_fraction));
+  state.counters["pct_of_ideal"] = dense / (total[4] / n) / actsparse_bench::ideal_ffn_speedup(kept_fraction);
   state.counters["kept"] = kept_fraction;
 }
 

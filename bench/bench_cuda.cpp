@@ -14,6 +14,8 @@
 // copy bandwidth: 2 × bytes / time of cuMemcpyDtoD), pct_of_nominal (memory clock × bus width),
 // and on sparse rows speedup (dense time / this time), ideal (3 / (1 + 2a)), pct_of_ideal.
 // Without a GPU every row is skipped with "no CUDA device: <reason>" and the program exits 0.
+#include "harness.hpp"
+
 #include <actsparse/backends/cuda/backend.hpp>
 #include <actsparse/backends/cuda/context.hpp>
 #include <actsparse/core/quantize.hpp>
@@ -299,10 +301,10 @@ void bm_ffn_sparse(benchmark::State& state, dtype t, double a) {
   bandwidth_counters(state, bytes);
   fractions(state, bytes, s);
   state.counters["kept"] = a;
-  state.counters["ideal"] = 3.0 / (1.0 + 2.0 * a);
+  state.counters["ideal"] = actsparse_bench::ideal_ffn_speedup(a);
   if (const auto it = dense_seconds().find(t); it != dense_seconds().end()) {
     state.counters["speedup"] = it->second / s;
-    state.counters["pct_of_ideal"] = 100.0 * (it->second / s) / (3.0 / (1.0 + 2.0 * a));
+    state.counters["pct_of_ideal"] = 100.0 * (it->second / s) / actsparse_bench::ideal_ffn_speedup(a);
   }
 }
 

@@ -12,6 +12,8 @@
 // the program needs no -mavx512 flag; used when the CPU has AVX-512 F and DQ (checked once)
 // and simd_selection() is on. ACTSPARSE_NO_SIMD_SELECTION leaves only the portable passes.
 
+#include <actsparse/selectors/detail/lanes.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -81,9 +83,9 @@ ACTSPARSE_AVX512_TARGET inline std::uint32_t or_lanes(__m512i v) noexcept {
 }
 
 ACTSPARSE_AVX512_TARGET inline double lane_total(__m512d acc) noexcept {
-  alignas(64) double l[8];
+  alignas(64) double l[mass_lanes];
   _mm512_store_pd(l, acc);
-  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  return combine_lanes(l);
 }
 
 ACTSPARSE_AVX512_TARGET inline __mmask16 first(std::size_t count) noexcept {

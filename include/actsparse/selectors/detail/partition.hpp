@@ -15,6 +15,7 @@
 
 #include <actsparse/core/error.hpp>
 #include <actsparse/selectors/detail/avx512_passes.hpp>
+#include <actsparse/selectors/detail/lanes.hpp>
 
 #include <algorithm>
 #include <array>
@@ -77,21 +78,11 @@ inline float from_order_key(std::uint32_t k) noexcept {
 // The key of the smallest positive float: brackets from there up are "positive".
 inline constexpr std::uint32_t positive_keys = 0x80000001U;
 
-// Every mass in the library is one sum, in double, in a fixed order: lane k (k = 0..7)
-// adds, in ascending index order, the scores whose index is k mod 8, and the lanes are
-// combined as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Eight independent chains
-// run about 4x faster than one (a double add's latency bounds a single chain: ~9 us for
-// 11008 scores here), the result is reproducible, covered == total bit for bit when all
-// is kept, and the sum of a set never decreases when a score >= 0 is added to it (each
-// lane is a recursive sum into which a term >= 0 is inserted; rounding is monotone).
-inline constexpr std::size_t mass_lanes = 8;
-
+// The lane sum of detail/lanes.hpp, score by score.
 struct lane_sum {
   double lane[mass_lanes] = {};
   void add(std::size_t index, float x) noexcept { lane[index % mass_lanes] += static_cast<double>(x); }
-  [[nodiscard]] double value() const noexcept {
-    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-  }
+  [[nodiscard]] double value() const noexcept { return combine_lanes(lane); }
 };
 
 // The mass of all scores, and what a selector must know about them. A double sum of at
@@ -124,7 +115,7 @@ ACTSPARSE_SELECTORS_NOINLINE inline score_scan scan_scores(std::span<const float
     l[i - whole] += static_cast<double>(s[i]);
     top = std::max(top, std::bit_cast<std::uint32_t>(s[i]));
   }
-  const double total = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  const double total = combine_lanes(l);
   return {total, !std::isfinite(total), top > 0x80000000U};
 }
 
@@ -277,7 +268,7 @@ ACTSPARSE_SELECTORS_NOINLINE gathered sum_and_gather(std::span<const float> v, b
     for (std::size_t j = 0; j < mass_lanes; ++j) step(v[i + j], j);  // unrolled: the lanes stay in registers
   }
   for (std::size_t i = full; i < v.size(); ++i) step(v[i], i - full);
-  const double total = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  const double total = combine_lanes(l);
   return {total, m, (bits >> 31) != 0};  // by value: an out-parameter kept the sum in memory after inlining
 }
 
@@ -498,7 +489,7 @@ ACTSPARSE_SELECTORS_NOINLINE emitted emit_above(std::span<const float> s, std::u
     for (std::size_t j = 0; j < mass_lanes; ++j) step(i + j, j);  // unrolled: the lanes stay in registers
   }
   for (std::size_t i = full; i < s.size(); ++i) step(i, i - full);
-  return {cnt, ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))};
+  return {cnt, combine_lanes(l)};
 }
 template <bool Positive>
 ACTSPARSE_SELECTORS_NOINLINE emitted emit_cut_with(std::span<const float> s, const cut& c,
@@ -517,7 +508,7 @@ ACTSPARSE_SELECTORS_NOINLINE emitted emit_cut_with(std::span<const float> s, con
     cnt += static_cast<std::size_t>(take);
     l[i % mass_lanes] += take ? static_cast<double>(s[i]) : 0.0;
   }
-  return {cnt, ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))};
+  return {cnt, combine_lanes(l)};
 }
 // `most`: an upper bound on the kept count when the caller knows one (a count cut's
 // c.count()): the emission writes at most one slot past the last kept index, so `out`
