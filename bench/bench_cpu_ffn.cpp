@@ -36,6 +36,7 @@
 
 #include "harness.hpp"
 #include "read_bandwidth.hpp"
+#include "row_read.hpp"
 
 #include <actsparse/backends/cpu/backend.hpp>
 #include <actsparse/backends/cpu/repack.hpp>
@@ -305,6 +306,14 @@ void register_dtype(const shape& s, std::size_t threads, bool interleaved = fals
 //   gate_share   gate_us / (dense_us / 3): the gate against a third of dense (1 = as fast per byte)
 //   sparse_ideal sparse_us / (dense_us · 2a / 3): the gathered bytes against dense's speed per byte
 //   pct_of_ideal dense_us / step_us / (3 / (1 + 2a))
+// and what the memory system gives the same rows with nothing computed (row_read.hpp: the
+// kernels' order and grouping, a float sum thrown away), on a layer of their own as well:
+//   read_dense_us      every row of gate, up and down_t
+//   read_step_us       every row of gate, and the step's kept rows of up and down_t
+//   read_pct_of_ideal  read_dense_us / read_step_us / (3 / (1 + 2a)): the pct_of_ideal of a
+//                      step that only read its rows; below 1 by what scattered rows lose
+//                      against a dense sweep per byte on this machine
+//   pct_of_read        pct_of_ideal / read_pct_of_ideal: the step against that ceiling
 template <class T>
 void BM_cpu_ffn_step(benchmark::State& state, shape s, double a, std::size_t threads, bool interleaved) {
   const layers<T>& w = weights<T>(s, interleaved);
@@ -329,14 +338,21 @@ void BM_cpu_ffn_step(benchmark::State& state, shape s, double a, std::size_t thr
   };
   actsparse_bench::warm_up(w.l.size(),
                            [&](std::size_t i) { ok = dense_ffn(cpu, view_of(w.l[i], s), x, y, scratch, ex) && ok; });
-  constexpr std::size_t parts = 5;  // dense, gate, serial, sparse, step
+  constexpr std::size_t parts = 7;                        // dense, gate, serial, sparse, step, read_dense, read_step
+  const std::size_t bytes = matrix_bytes<T>(s) / s.d_ff;  // one row
+  const auto read_layer = [&](const layer<T>& l, const std::uint32_t* rows, std::size_t count) {
+    actsparse_bench::read_matrix_rows(l.gate.data(), bytes, nullptr, s.d_ff, ex);
+    actsparse_bench::read_matrix_rows(l.up.data(), bytes, rows, count, ex);
+    actsparse_bench::read_matrix_rows(l.down_t.data(), bytes, rows, count, ex);
+  };
   double total[parts] = {};
   std::size_t next = 0;
   for (auto _ : state) {
     double t = 0.0;
     for (std::size_t p = 0; p < parts; ++p) {
       const std::size_t part = (p + static_cast<std::size_t>(state.iterations())) % parts;  // rotate the order
-      const ffn_weights l = view_of(w.l[next], s);
+      const layer<T>& raw = w.l[next];
+      const ffn_weights l = view_of(raw, s);
       next = (next + 1) % w.l.size();
       const double seconds = actsparse_bench::seconds([&] {
         switch (part) {
@@ -355,8 +371,14 @@ void BM_cpu_ffn_step(benchmark::State& state, shape s, double a, std::size_t thr
           case 3:
             run(gated_ffn_args{l.act, l.gate, l.up, l.down, x, y, subset::only(kept.indices), act, l.down_t});
             break;
-          default:
+          case 4:
             ok = op(l, x, y, kept, scratch, ex) && ok;
+            break;
+          case 5:
+            read_layer(raw, nullptr, s.d_ff);
+            break;
+          default:  // the kept set of the last selection (part 2 runs before part 6 in the first iteration)
+            read_layer(raw, kept.indices.data(), kept.indices.size());
         }
       });
       total[part] += seconds;
@@ -379,7 +401,14 @@ void BM_cpu_ffn_step(benchmark::State& state, shape s, double a, std::size_t thr
   state.counters["step_us"] = total[4] / n * 1e6;
   state.counters["gate_share"] = total[1] / n / (dense / 3.0);
   state.counters["sparse_ideal"] = total[3] / n / (dense * 2.0 * kept_fraction / 3.0);
-  state.counters["pct_of_ideal"] = dense / (total[4] / n) / actsparse_bench::ideal_ffn_speedup(kept_fraction);
+  const double ideal = actsparse_bench::ideal_ffn_speedup(kept_fraction);
+  const double pct_of_ideal = dense / (total[4] / n) / ideal;
+  const double read_pct_of_ideal = total[5] / total[6] / ideal;
+  state.counters["pct_of_ideal"] = pct_of_ideal;
+  state.counters["read_dense_us"] = total[5] / n * 1e6;
+  state.counters["read_step_us"] = total[6] / n * 1e6;
+  state.counters["read_pct_of_ideal"] = read_pct_of_ideal;
+  state.counters["pct_of_read"] = pct_of_ideal / read_pct_of_ideal;
   state.counters["kept"] = kept_fraction;
 }
 
@@ -416,7 +445,7 @@ void BM_cpu_activation(benchmark::State& state, activation act, std::size_t n) {
 
 template <class T>
 void register_step(const shape& s, std::size_t threads, bool interleaved = false) {
-  for (const double a : {0.05, 0.2}) {
+  for (const double a : {0.05, 0.2, 0.4, 0.6}) {
     char label[96];
     std::snprintf(label, sizeof label, "cpu_ffn_step/%s/%s/t%zu/a%.2f", label_of<T>(interleaved).c_str(), s.label,
                   threads, a);
