@@ -307,7 +307,7 @@ void register_dtype(const shape& s, std::size_t threads, bool interleaved = fals
 //   sparse_ideal sparse_us / (dense_us · 2a / 3): the gathered bytes against dense's speed per byte
 //   pct_of_ideal dense_us / step_us / (3 / (1 + 2a))
 // and what the memory system gives the same rows with nothing computed (row_read.hpp: the
-// kernels' order and grouping, a float sum thrown away), on a layer of their own as well:
+// kernels' order and grouping, a sum of 64-bit words thrown away), on a layer of their own too:
 //   read_dense_us      every row of gate, up and down_t
 //   read_step_us       every row of gate, and the step's kept rows of up and down_t
 //   read_pct_of_ideal  read_dense_us / read_step_us / (3 / (1 + 2a)): the pct_of_ideal of a
