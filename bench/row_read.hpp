@@ -2,9 +2,11 @@
 // What the memory system gives a decode step's access pattern with nothing computed: the same
 // weight rows read in the kernels' order and grouping (rows side by side in 512-byte runs, a
 // software prefetch 1 KiB ahead in each row, the next group's rows prefetched near the ends),
-// summed as 64-bit integers and thrown away. bench_cpu_ffn's cpu_ffn_step rows time it against a read of
-// every row of the same layer: how far a random set of rows falls short of dense's speed per
-// byte before any arithmetic, i.e. the ceiling of a gathered step on this machine.
+// summed as 64-bit integers and thrown away. bench_cpu_ffn's cpu_ffn_step rows time it against
+// a read of every row of the same layer: how far a random set of rows falls short of dense's
+// speed per byte before any arithmetic, i.e. the ceiling of a gathered step on this machine.
+
+#include <actsparse/backends/cpu/backend.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -21,8 +23,6 @@ namespace actsparse_bench {
 inline constexpr std::size_t read_run_bytes = 512;        // bytes of a row per visit (the 16-bit kernels' run)
 inline constexpr std::size_t read_prefetch_bytes = 1024;  // the kernels' prefetch distance
 
-// Σ of the 64-bit words of rows row(k) for k in [begin, end), R rows at a time (then one by
-// one), each `bytes` long (a multiple of 64; what is left over is not read).
 namespace detail {
 
 // Σ of the 64-bit words of `lines` 64-byte lines from p, with two independent vector sums.
@@ -78,6 +78,8 @@ namespace detail {
   return detail::sum_lines_portable(p, lines);
 }
 
+// Σ of the 64-bit words of rows row(k) for k in [begin, end), R rows at a time (then one by
+// one), each `bytes` long (a multiple of 64; what is left over is not read).
 template <std::size_t R, class Row>
 [[nodiscard]] std::uint64_t read_rows(const Row& row, std::size_t begin, std::size_t end, std::size_t bytes) noexcept {
   std::uint64_t acc = 0;
@@ -114,12 +116,12 @@ template <std::size_t R, class Row>
 }
 
 // The rows of one [rows × bytes] matrix at `base` listed in `kept` (null: every row), on the
-// executor's threads in tasks of 64 listed rows: 8 rows at a time for every row, 4 for a list
-// (as the 16-bit kernels read them).
+// executor's threads in the GEMV's fixed tasks (cpu::gemv_rows_per_task listed rows): 8 rows
+// at a time for every row, 4 for a list (as the 16-bit kernels read them).
 template <class Executor>
 void read_matrix_rows(const void* base, std::size_t bytes, const std::uint32_t* kept, std::size_t count,
                       const Executor& ex) {
-  constexpr std::size_t per_task = 64;
+  constexpr std::size_t per_task = actsparse::cpu::gemv_rows_per_task;
   const auto* b = static_cast<const std::byte*>(base);
   const auto row = [&](std::size_t k) { return b + (kept != nullptr ? kept[k] : k) * bytes; };
   ex.parallel_for((count + per_task - 1) / per_task, [&](std::size_t t) {
