@@ -72,14 +72,14 @@ constexpr shape qwen25_3b{"3b", 2048, 11008};
 
 template <class T>
 struct layer {
-  std::vector<T> gate, up, down_t;               // [d_ff × d_model] each
-  std::vector<T> down;                           // [d_model × d_ff]: with the interleaved copies only
-  std::vector<cpu::interleaved_weights> copies;  // gate, up and down interleaved (the <dtype>_x16 rows), or none
+  std::vector<T> gate, up, down_t;  // [d_ff × d_model] each
+  std::vector<T> down;              // [d_model × d_ff]: with the interleaved copies only
 };
 
 template <class T>
 struct layers {
   std::vector<layer<T>> l;
+  cpu::weight_layouts layouts;  // gate, up and down of every layer interleaved (the <dtype>_x16 rows), or none
 };
 
 template <class T>
@@ -109,7 +109,7 @@ std::string label_of(bool interleaved) {
 
 // Enough layers (at least 3) that one pass over them streams past the last-level cache.
 // Interleaved (q8_0 / q4_0): each layer also holds W_down row-major and the interleaved copies
-// of gate, up and W_down (cpu::interleave_rows), which the dense reads (and the sparse FFN's
+// of gate, up and W_down (cpu::weight_layouts), which the dense reads (and the sparse FFN's
 // gate GEMV, and from its crossover on its up and down); down_t stays what gathers read.
 // W_down and down_t hold unrelated random values: only the time is measured here.
 template <class T>
@@ -128,9 +128,9 @@ const layers<T>& weights(const shape& s, bool interleaved) {
     if constexpr (std::is_same_v<T, block_q4_0> || std::is_same_v<T, block_q8_0>) {
       for (layer<T>& l : out.l) {
         if (!interleaved) break;
-        l.copies.push_back(cpu::interleave_rows(matrix_of(l.gate, s.d_ff, s.d_model)));
-        l.copies.push_back(cpu::interleave_rows(matrix_of(l.up, s.d_ff, s.d_model)));
-        l.copies.push_back(cpu::interleave_rows(matrix_of(l.down, s.d_model, s.d_ff)));
+        (void)out.layouts.add_interleaved(matrix_of(l.gate, s.d_ff, s.d_model));
+        (void)out.layouts.add_interleaved(matrix_of(l.up, s.d_ff, s.d_model));
+        (void)out.layouts.add_interleaved(matrix_of(l.down, s.d_model, s.d_ff));
       }
     }
     return out;
@@ -138,15 +138,10 @@ const layers<T>& weights(const shape& s, bool interleaved) {
 }
 
 template <class T>
-ffn_weights view_of(const layer<T>& l, const shape& s) {
-  ffn_weights w{activation::silu, matrix_of(l.gate, s.d_ff, s.d_model), matrix_of(l.up, s.d_ff, s.d_model),
-                weight_view{}, matrix_of(l.down_t, s.d_ff, s.d_model)};
-  if (!l.copies.empty()) {
-    w.gate = l.copies[0].view;
-    w.up = l.copies[1].view;
-    w.down = l.copies[2].view;
-  }
-  return w;
+ffn_layer view_of(const layer<T>& l, const shape& s) {
+  return ffn_layer{activation::silu, matrix_of(l.gate, s.d_ff, s.d_model), matrix_of(l.up, s.d_ff, s.d_model),
+                   l.down.empty() ? weight_view{} : matrix_of(l.down, s.d_model, s.d_ff),
+                   matrix_of(l.down_t, s.d_ff, s.d_model)};
 }
 
 // A selector that keeps a fixed set (the clustered sets): the scores are ignored.
@@ -188,14 +183,15 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads,
   std::vector<float> y_dense(s.d_model);
   cpu::thread_pool pool(threads);
   cpu::executor ex(pool);
-  const cpu_backend cpu;
+  cpu_backend cpu;
+  cpu.layouts = &w.layouts;
   const auto k = static_cast<std::size_t>(std::lround(a * static_cast<double>(s.d_ff)));
   const neuron_sparse_ffn random_op{magnitude{}, top_k::by_count(k), score_source::gate_activation, cpu};
   cpu_backend coalescing = cpu;
   coalescing.coalesce_gap = coalesce_gap;
   const neuron_sparse_ffn coalesced_op{magnitude{}, top_k::by_count(k), score_source::gate_activation, coalescing};
   cpu_backend gathering = cpu;
-  gathering.read_all_from = 1.0;
+  gathering.tuning.read_all_from = 1.0;
   const neuron_sparse_ffn gathered_op{magnitude{}, top_k::by_count(k), score_source::gate_activation, gathering};
   const neuron_sparse_ffn clustered_op{magnitude{}, fixed_set{clustered(s.d_ff, a, 11)}, score_source::gate_activation,
                                        cpu};
@@ -204,14 +200,14 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads,
   selection kept;
   bool ok = true;
   // The dense FFN on one layer: the baseline of every iteration, and the warm-up.
-  const auto dense_on = [&](const ffn_weights& l) { ok = dense_ffn(cpu, l, x, y_dense, dense_scratch, ex) && ok; };
+  const auto dense_on = [&](const ffn_layer& l) { ok = dense_ffn(cpu, l, x, y_dense, dense_scratch, ex) && ok; };
   actsparse_bench::warm_up(w.l.size(), [&](std::size_t i) { dense_on(view_of(w.l[i], s)); });
   std::size_t next = 0;
   double dense_s = 0.0;
   double sparse_s = 0.0;
   for (auto _ : state) {
-    const ffn_weights d = view_of(w.l[next], s);
-    const ffn_weights sp = view_of(w.l[(next + 1) % w.l.size()], s);
+    const ffn_layer d = view_of(w.l[next], s);
+    const ffn_layer sp = view_of(w.l[(next + 1) % w.l.size()], s);
     next = (next + 2) % w.l.size();
     const auto run_dense = [&] { dense_on(d); };
     const auto run_sparse = [&] {
@@ -251,7 +247,7 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads,
   state.counters["kept"] = kept_fraction;
   if (Kind != set_kind::dense) {  // 1: every row read (the crossover, or keep-all), 0: kept rows gathered
     const double from =
-        Kind == set_kind::gathered ? 1.0 : cpu::measured_read_all_from(dtype_traits<T>::type, threads, interleaved);
+        Kind == set_kind::gathered ? 1.0 : cpu.tuning.crossover.at(dtype_traits<T>::type, threads, interleaved);
     state.counters["path"] = static_cast<double>(kept.indices.size()) >= from * static_cast<double>(s.d_ff) ? 1 : 0;
   }
   if (Kind == set_kind::dense) {
@@ -321,7 +317,8 @@ void BM_cpu_ffn_step(benchmark::State& state, shape s, double a, std::size_t thr
   std::vector<float> y(s.d_model);
   cpu::thread_pool pool(threads);
   cpu::executor ex(pool);
-  const cpu_backend cpu;
+  cpu_backend cpu;
+  cpu.layouts = &w.layouts;
   const auto k = static_cast<std::size_t>(std::lround(a * static_cast<double>(s.d_ff)));
   const top_k select = top_k::by_count(k);
   const neuron_sparse_ffn op{magnitude{}, select, score_source::gate_activation, cpu};
@@ -352,7 +349,7 @@ void BM_cpu_ffn_step(benchmark::State& state, shape s, double a, std::size_t thr
     for (std::size_t p = 0; p < parts; ++p) {
       const std::size_t part = (p + static_cast<std::size_t>(state.iterations())) % parts;  // rotate the order
       const layer<T>& raw = w.l[next];
-      const ffn_weights l = view_of(raw, s);
+      const ffn_layer l = view_of(raw, s);
       next = (next + 1) % w.l.size();
       const double seconds = actsparse_bench::seconds([&] {
         switch (part) {
@@ -369,7 +366,7 @@ void BM_cpu_ffn_step(benchmark::State& state, shape s, double a, std::size_t thr
             select.select(scores, kept);
             break;
           case 3:
-            run(gated_ffn_args{l.act, l.gate, l.up, l.down, x, y, subset::only(kept.indices), act, l.down_t});
+            run(gated_ffn_args{l, x, y, subset::only(kept.indices), act});
             break;
           case 4:
             ok = op(l, x, y, kept, scratch, ex) && ok;

@@ -71,19 +71,25 @@ weight_view view_of(const std::vector<T>& m) {
   return matrix_view<const T>::packed(m.data(), rows, cols);
 }
 
-// The q8_0 / q4_0 matrices with their interleaved copies (cpu::interleave_rows; the views point at
-// both). One dataset, so that the large-data slot holds them together.
+// The q8_0 / q4_0 matrices with their interleaved copies (cpu::weight_layouts, found by the
+// row-major views). One dataset, so that the large-data slot holds them together.
 template <class T>
 struct interleaved_set {
   matrices<T> rowmajor;
-  std::vector<cpu::interleaved_weights> copies;
+  std::vector<T> cached;  // the first 2048 rows of the first matrix, for the ceiling (L3-resident)
+  cpu::weight_layouts layouts;
 };
+constexpr std::size_t interleaved_cache_rows = 2048;
 
 template <class T>
 const interleaved_set<T>& interleaved_weights() {
   return large_dataset::get<interleaved_set<T>>("cpu_gemv/" + std::string(name(dtype_traits<T>::type)) + "_x16", [] {
-    interleaved_set<T> out{make_matrices<T>(), {}};
-    for (const auto& m : out.rowmajor.m) out.copies.push_back(cpu::interleave_rows(view_of(m)));
+    interleaved_set<T> out{make_matrices<T>(), {}, {}};
+    for (const auto& m : out.rowmajor.m) (void)out.layouts.add_interleaved(view_of(m));
+    const std::size_t per_row = cols / dtype_traits<T>::block_values;
+    out.cached.assign(out.rowmajor.m[0].begin(),
+                      out.rowmajor.m[0].begin() + static_cast<std::ptrdiff_t>(interleaved_cache_rows * per_row));
+    (void)out.layouts.add_interleaved(matrix_view<const T>::packed(out.cached.data(), interleaved_cache_rows, cols));
     return out;
   });
 }
@@ -94,17 +100,20 @@ const interleaved_set<T>& interleaved_weights() {
 // for the 11008-row matrices, the most any call needs.
 template <bool Transposed>
 struct dense_call {
-  const cpu_backend cpu{};
+  cpu_backend cpu{};    // with the layouts given (interleaved copies), if any
+  cpu_backend plain{};  // without them
   std::vector<float> x = std::vector<float>(Transposed ? rows : cols, 0.5F);
   std::vector<float> y = std::vector<float>(Transposed ? cols : rows);
   std::vector<std::byte> workspace;
   cpu::thread_pool pool;
   cpu::executor ex{pool};
 
-  dense_call(const weight_view& full, std::size_t threads)
+  dense_call(const weight_view& full, std::size_t threads, const cpu::weight_layouts* layouts = nullptr)
       : workspace(Transposed ? cpu.workspace_size(transposed_linear_args{full, x, y, subset::everything()})
                              : cpu.workspace_size(gemv_args{full, x, y, subset::everything()})),
-        pool(threads) {}
+        pool(threads) {
+    cpu.layouts = layouts;
+  }
 
   // Any call of the backend (the sparse ones too) with this workspace and executor.
   template <class Args>
@@ -112,12 +121,17 @@ struct dense_call {
     (void)cpu.run(a, workspace, ex);
   }
 
-  void operator()(const weight_view& m) {
+  void operator()(const weight_view& m) { call(cpu, m); }
+  void without_copies(const weight_view& m) { call(plain, m); }
+
+ private:
+  void call(const cpu_backend& b, const weight_view& m) {
     const std::size_t n = m.rows;
     if constexpr (Transposed) {
-      run(transposed_linear_args{m, std::span<const float>(x.data(), n), y, subset::everything()});
+      (void)b.run(transposed_linear_args{m, std::span<const float>(x.data(), n), y, subset::everything()}, workspace,
+                  ex);
     } else {
-      run(gemv_args{m, x, std::span<float>(y.data(), n), subset::everything()});
+      (void)b.run(gemv_args{m, x, std::span<float>(y.data(), n), subset::everything()}, workspace, ex);
     }
   }
 };
@@ -189,9 +203,10 @@ constexpr std::size_t cache_rows = sizeof(T) == 4 ? 1024 : 2048;
 
 // The loop of both ceiling benchmarks: `dram` the 11008-row matrices, `cached` the small one.
 template <bool Transposed>
-void ceiling_loop(benchmark::State& state, const std::vector<weight_view>& dram, const weight_view& cached) {
+void ceiling_loop(benchmark::State& state, const std::vector<weight_view>& dram, const weight_view& cached,
+                  const cpu::weight_layouts* layouts = nullptr) {
   const std::size_t calls = rows / cached.rows;  // the bytes of one DRAM call, about
-  dense_call<Transposed> dense_on(dram[0], static_cast<std::size_t>(state.range(0)));
+  dense_call<Transposed> dense_on(dram[0], static_cast<std::size_t>(state.range(0)), layouts);
   actsparse_bench::warm_up(dram.size(), [&](std::size_t i) { dense_on(dram[i]); });
   std::size_t next = 0;
   double dram_s = 0.0;
@@ -231,13 +246,10 @@ void BM_cpu_ceiling(benchmark::State& state) {
 template <class T>
 void BM_cpu_ceiling_interleaved(benchmark::State& state) {
   const interleaved_set<T>& w = interleaved_weights<T>();
-  const std::size_t per_row = cols / dtype_traits<T>::block_values;
-  const std::vector<T> small(w.rowmajor.m[0].begin(),
-                             w.rowmajor.m[0].begin() + static_cast<std::ptrdiff_t>(2048 * per_row));
-  const cpu::interleaved_weights cached = cpu::interleave_rows(matrix_view<const T>::packed(small.data(), 2048, cols));
+  const weight_view cached = matrix_view<const T>::packed(w.cached.data(), interleaved_cache_rows, cols);
   std::vector<weight_view> dram;
-  for (const auto& c : w.copies) dram.push_back(c.view);
-  ceiling_loop<false>(state, dram, cached.view);
+  for (const auto& m : w.rowmajor.m) dram.push_back(view_of(m));
+  ceiling_loop<false>(state, dram, cached, &w.layouts);
 }
 
 // The dense GEMV from the interleaved copies against the row-major one, interleaved in
@@ -246,21 +258,21 @@ void BM_cpu_ceiling_interleaved(benchmark::State& state) {
 template <class T>
 void BM_cpu_gemv_interleaved(benchmark::State& state) {
   const interleaved_set<T>& w = interleaved_weights<T>();
-  const std::size_t count = w.copies.size();
-  dense_call<false> on(view_of(w.rowmajor.m[0]), static_cast<std::size_t>(state.range(0)));
+  const std::size_t count = w.rowmajor.m.size();
+  dense_call<false> on(view_of(w.rowmajor.m[0]), static_cast<std::size_t>(state.range(0)), &w.layouts);
   actsparse_bench::warm_up(count, [&](std::size_t i) {
+    on.without_copies(view_of(w.rowmajor.m[i]));
     on(view_of(w.rowmajor.m[i]));
-    on(w.copies[i].view);
   });
   std::size_t next = 0;
   double rowmajor_s = 0.0;
   double interleaved_s = 0.0;
   for (auto _ : state) {
     const weight_view r = view_of(w.rowmajor.m[next]);
-    const weight_view c = w.copies[(next + 1) % count].view;
+    const weight_view c = view_of(w.rowmajor.m[(next + 1) % count]);
     next = (next + 2) % count;
     const double t = actsparse_bench::time_pair(
-        state.iterations(), [&] { on(r); }, [&] { on(c); }, rowmajor_s, interleaved_s);
+        state.iterations(), [&] { on.without_copies(r); }, [&] { on(c); }, rowmajor_s, interleaved_s);
     benchmark::DoNotOptimize(on.y.data());
     state.SetIterationTime(t);
   }

@@ -4,11 +4,12 @@
 // measured in the same run and the nominal bandwidth the driver reports.
 //
 // A sparse step is what an engine that keeps everything on the GPU runs: the gate GEMV with
-// the activation and the threshold compaction on the device (cuda_backend::threshold_select),
-// then gated_ffn_args with gate_act and the kept neurons (a fixed random set of round(a·d_ff),
-// in managed memory advised read-mostly) over W_downᵀ: up rows gathered, down rows added
-// (split over the kept rows). Dense is gated_ffn_args over every neuron with W_down. Several
-// layers are cycled so that the L2 (50 MB on H100 / H200) never holds a step's weights.
+// the activation and the threshold compaction on the device (device_select_args, a threshold
+// rule over the gate it computes), then gated_ffn_args with gate_act and the kept neurons (a
+// fixed random set of round(a·d_ff), in managed memory advised read-mostly) over W_downᵀ: up
+// rows gathered, down rows added (split over the kept rows). Dense is gated_ffn_args over
+// every neuron with W_down. Several layers are cycled so that the L2 never holds a step's
+// weights.
 //
 // Counters: gbps (weight bytes a step must read / time; 1e9 bytes per GB), pct_of_copy (of the
 // copy bandwidth: 2 × bytes / time of cuMemcpyDtoD), pct_of_nominal (memory clock × bus width),
@@ -19,6 +20,7 @@
 #include <actsparse/backends/cuda/backend.hpp>
 #include <actsparse/backends/cuda/context.hpp>
 #include <actsparse/core/quantize.hpp>
+#include <actsparse/core/select_args.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -238,20 +240,14 @@ void bm_ffn_dense(benchmark::State& state, dtype t) {
   gpu& g = device();
   const weight_set& w = weights(t);
   vectors v = make_vectors(*g.ctx);
-  const actsparse::gated_ffn_args probe{activation::silu,
-                                        w.layers[0].gate,
-                                        w.layers[0].up,
-                                        w.layers[0].down,
-                                        v.x.as<const float>().first(d_model),
-                                        v.y.as<float>().first(d_model),
-                                        subset::everything()};
+  const auto layer_of = [](const layer& l) { return actsparse::ffn_layer{activation::silu, l.gate, l.up, l.down}; };
+  const actsparse::gated_ffn_args probe{layer_of(w.layers[0]), v.x.as<const float>().first(d_model),
+                                        v.y.as<float>().first(d_model), subset::everything()};
   v.workspace = cuda::buffer(*g.ctx, g.backend.workspace_size(probe), cuda::memory_kind::device);
   const double bytes = 3.0 * matrix_bytes(t);
   const double s = timed(state, w, [&](const layer& l) {
     actsparse::gated_ffn_args a = probe;
-    a.gate = l.gate;
-    a.up = l.up;
-    a.down = l.down;
+    a.weights = layer_of(l);
     (void)g.backend.run(a, v.workspace.bytes(), *g.ctx);
   });
   dense_seconds()[t] = s;
@@ -276,26 +272,30 @@ void bm_ffn_sparse(benchmark::State& state, dtype t, double a) {
   std::memcpy(neurons.data(), all.data(), kept * 4);
   neurons.advise_read_mostly(*g.ctx);
   const auto idx = std::span<const std::uint32_t>(static_cast<const std::uint32_t*>(neurons.data()), kept);
-  cuda::buffer select_ws(*g.ctx, g.backend.threshold_select_workspace(w.layers[0].gate), cuda::memory_kind::device);
-  const actsparse::gated_ffn_args probe{activation::silu,
-                                        w.layers[0].gate,
-                                        w.layers[0].up,
-                                        {},
-                                        v.x.as<const float>().first(d_model),
-                                        v.y.as<float>().first(d_model),
-                                        subset::only(idx),
-                                        v.h.as<const float>().first(d_ff),
-                                        w.layers[0].down_t};
+  // The device threshold over the gate it computes: h = silu(gate x), the kept |h| > 0.05.
+  const auto select_of = [&](const layer& l) {
+    return actsparse::device_select_args{
+        actsparse::device_rule::threshold(0.05F),
+        {},
+        {l.gate, activation::silu, v.x.as<const float>().first(d_model), v.h.as<float>().first(d_ff)},
+        v.idx.as<std::uint32_t>().first(d_ff),
+        v.count.as<std::uint32_t>().first(1)};
+  };
+  cuda::buffer select_ws(*g.ctx, std::max<std::size_t>(g.backend.workspace_size(select_of(w.layers[0])), 4),
+                         cuda::memory_kind::device);
+  const auto layer_of = [](const layer& l) {
+    return actsparse::ffn_layer{activation::silu, l.gate, l.up, {}, l.down_t};
+  };
+  const actsparse::gated_ffn_args probe{layer_of(w.layers[0]), v.x.as<const float>().first(d_model),
+                                        v.y.as<float>().first(d_model), subset::only(idx),
+                                        v.h.as<const float>().first(d_ff)};
   v.workspace = cuda::buffer(*g.ctx, g.backend.workspace_size(probe), cuda::memory_kind::device);
   const double bytes = matrix_bytes(t) * (1.0 + 2.0 * static_cast<double>(kept) / d_ff);
   const double s = timed(state, w, [&](const layer& l) {
-    g.backend.threshold_select(*g.ctx, l.gate, activation::silu, v.x.as<const float>().data(), 0.05F,
-                               v.h.as<float>().data(), select_ws.bytes(), v.idx.as<std::uint32_t>().data(),
-                               v.count.as<std::uint32_t>().data());
+    const actsparse::device_select_args select = select_of(l);
+    (void)g.backend.run(select, select_ws.bytes(), *g.ctx);
     actsparse::gated_ffn_args args = probe;
-    args.gate = l.gate;
-    args.up = l.up;
-    args.down_t = l.down_t;
+    args.weights = layer_of(l);
     (void)g.backend.run(args, v.workspace.bytes(), *g.ctx);
   });
   bandwidth_counters(state, bytes);

@@ -19,9 +19,9 @@
 
 #include <actsparse/backends/reference/backend.hpp>
 #include <actsparse/core/dtype.hpp>
+#include <actsparse/core/op_args.hpp>
 #include <actsparse/core/quantize.hpp>
 #include <actsparse/core/views.hpp>
-#include <actsparse/ops/ffn_weights.hpp>
 
 #include <benchmark/benchmark.h>
 #include <Eigen/Core>
@@ -59,7 +59,7 @@ struct ffn_layers {
   std::vector<std::vector<T>> gate, up, down;
 
   [[nodiscard]] std::size_t count() const noexcept { return gate.size(); }
-  [[nodiscard]] actsparse::ffn_weights layer(std::size_t i) const noexcept {
+  [[nodiscard]] actsparse::ffn_layer layer(std::size_t i) const noexcept {
     using view = actsparse::matrix_view<const T>;
     return {actsparse::activation::silu, view::packed(gate[i].data(), d_ff, d_model),
             view::packed(up[i].data(), d_ff, d_model), view::packed(down[i].data(), d_model, d_ff)};
@@ -78,7 +78,7 @@ template <class T>
   return w.rows * actsparse::row_bytes(w.type, w.cols);
 }
 
-[[nodiscard]] std::size_t layer_bytes(const actsparse::ffn_weights& w) noexcept {
+[[nodiscard]] std::size_t layer_bytes(const actsparse::ffn_layer& w) noexcept {
   return bytes_of(w.gate) + bytes_of(w.up) + bytes_of(w.down);
 }
 
@@ -104,7 +104,7 @@ template <class T>
 // One token through the reference backend, all scratch allocated up front.
 class reference_ffn {
  public:
-  explicit reference_ffn(const actsparse::ffn_weights& shape)
+  explicit reference_ffn(const actsparse::ffn_layer& shape)
       : x_(random_floats(d_model, 1.0F, 4)), y_(d_model), gate_act_(d_ff), all_(d_ff) {
     std::iota(all_.begin(), all_.end(), 0U);
     const std::size_t need =
@@ -114,13 +114,13 @@ class reference_ffn {
   }
 
   // y = W_down (silu(W_gate x) ⊙ W_up x): every weight byte.
-  [[nodiscard]] bool dense(const actsparse::ffn_weights& w) {
+  [[nodiscard]] bool dense(const actsparse::ffn_layer& w) {
     return static_cast<bool>(backend_.run(dense_args(w), workspace_, executor_));
   }
 
   // The decode step with the neurons chosen: act(W_gate x) for every neuron (the whole gate,
   // which a scorer reads), then up rows and down columns of the kept neurons only.
-  [[nodiscard]] bool sparse(const actsparse::ffn_weights& w, std::span<const std::uint32_t> kept) {
+  [[nodiscard]] bool sparse(const actsparse::ffn_layer& w, std::span<const std::uint32_t> kept) {
     if (!backend_.run(gate_args(w), workspace_, executor_)) return false;
     for (float& g : gate_act_) g = actsparse::apply(w.act, g);
     return static_cast<bool>(backend_.run(sparse_args(w, kept), workspace_, executor_));
@@ -129,15 +129,15 @@ class reference_ffn {
   [[nodiscard]] std::span<const float> y() const noexcept { return y_; }
 
  private:
-  [[nodiscard]] actsparse::gated_ffn_args dense_args(const actsparse::ffn_weights& w) {
-    return {w.act, w.gate, w.up, w.down, x_, y_, actsparse::subset::everything(), {}};
+  [[nodiscard]] actsparse::gated_ffn_args dense_args(const actsparse::ffn_layer& w) {
+    return {w, x_, y_, actsparse::subset::everything()};
   }
-  [[nodiscard]] actsparse::gemv_args gate_args(const actsparse::ffn_weights& w) {
+  [[nodiscard]] actsparse::gemv_args gate_args(const actsparse::ffn_layer& w) {
     return {w.gate, x_, gate_act_, actsparse::subset::everything()};
   }
-  [[nodiscard]] actsparse::gated_ffn_args sparse_args(const actsparse::ffn_weights& w,
+  [[nodiscard]] actsparse::gated_ffn_args sparse_args(const actsparse::ffn_layer& w,
                                                       std::span<const std::uint32_t> kept) {
-    return {w.act, w.gate, w.up, w.down, x_, y_, actsparse::subset::only(kept), gate_act_};
+    return {w, x_, y_, actsparse::subset::only(kept), gate_act_};
   }
 
   actsparse::reference_backend backend_{};
@@ -180,7 +180,7 @@ void BM_reference_ffn_dense(benchmark::State& state) {
   std::size_t next = 0;
   double total = 0.0;
   for (auto _ : state) {
-    const actsparse::ffn_weights w = layers.layer(next);
+    const actsparse::ffn_layer w = layers.layer(next);
     next = (next + 1) % layers.count();
     bool ok = true;
     const double s = seconds([&] { ok = ffn.dense(w); });
@@ -211,8 +211,8 @@ void BM_reference_ffn_sparse(benchmark::State& state) {
   // Which call goes first alternates, across repetitions too, so neither gains from the order.
   static std::size_t order = 0;
   for (auto _ : state) {
-    const actsparse::ffn_weights dense_w = layers.layer(next);
-    const actsparse::ffn_weights sparse_w = layers.layer((next + 1) % layers.count());
+    const actsparse::ffn_layer dense_w = layers.layer(next);
+    const actsparse::ffn_layer sparse_w = layers.layer((next + 1) % layers.count());
     next = (next + 2) % layers.count();
     const bool dense_first = order++ % 2 == 0;
     bool ok = true;
@@ -229,7 +229,7 @@ void BM_reference_ffn_sparse(benchmark::State& state) {
     dense_total += d;
     sparse_total += s;
   }
-  const actsparse::ffn_weights w = layers.layer(0);
+  const actsparse::ffn_layer w = layers.layer(0);
   const double fraction = static_cast<double>(kept.size()) / static_cast<double>(d_ff);
   const auto gate = static_cast<double>(bytes_of(w.gate));
   const double bytes = gate + fraction * static_cast<double>(bytes_of(w.up) + bytes_of(w.down));

@@ -116,12 +116,12 @@ template <std::size_t R, class Row>
 }
 
 // The rows of one [rows × bytes] matrix at `base` listed in `kept` (null: every row), on the
-// executor's threads in the GEMV's fixed tasks (cpu::gemv_rows_per_task listed rows): 8 rows
+// executor's threads in the GEMV's fixed tasks (cpu::rows_per_task listed rows): 8 rows
 // at a time for every row, 4 for a list (as the 16-bit kernels read them).
 template <class Executor>
 void read_matrix_rows(const void* base, std::size_t bytes, const std::uint32_t* kept, std::size_t count,
                       const Executor& ex) {
-  constexpr std::size_t per_task = actsparse::cpu::gemv_rows_per_task;
+  constexpr std::size_t per_task = actsparse::cpu::rows_per_task;
   const auto* b = static_cast<const std::byte*>(base);
   const auto row = [&](std::size_t k) { return b + (kept != nullptr ? kept[k] : k) * bytes; };
   ex.parallel_for((count + per_task - 1) / per_task, [&](std::size_t t) {

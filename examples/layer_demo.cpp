@@ -57,7 +57,7 @@ double relative_error(std::span<const float> y, std::span<const float> ref) {
 // Runs one policy over the evaluation tokens (odd ids) and prints a row.
 template <class Scorer, class Selector>
 void evaluate(const char* scorer_name, const std::string& selector_name, const Scorer& scorer, const Selector& selector,
-              score_source source, const ffn_weights& w, const inputs& in) {
+              score_source source, const ffn_layer& w, const inputs& in) {
   const neuron_sparse_ffn<Scorer, Selector, reference_backend> op{scorer, selector, source, {}};
   ffn_scratch scratch;
   selection kept;
@@ -80,7 +80,7 @@ void evaluate(const char* scorer_name, const std::string& selector_name, const S
 }
 
 template <class Scorer>
-void evaluate_all(const char* scorer_name, const Scorer& scorer, score_source source, const ffn_weights& w,
+void evaluate_all(const char* scorer_name, const Scorer& scorer, score_source source, const ffn_layer& w,
                   const inputs& in, const threshold& calibrated) {
   evaluate(scorer_name, "top_k keep 50%", scorer, top_k::by_ratio(0.5), source, w, in);
   evaluate(scorer_name, "top_k keep 25%", scorer, top_k::by_ratio(0.25), source, w, in);
@@ -93,7 +93,7 @@ void evaluate_all(const char* scorer_name, const Scorer& scorer, score_source so
 
 // Calibrates, on the even tokens, the threshold that drops half of this scorer's scores.
 template <class Scorer>
-threshold calibrate(const Scorer& scorer, score_source source, const ffn_weights& w, const inputs& in) {
+threshold calibrate(const Scorer& scorer, score_source source, const ffn_layer& w, const inputs& in) {
   threshold_calibration cal;
   const neuron_sparse_ffn<Scorer, threshold, reference_backend> probe{scorer, threshold{-INFINITY}, source, {}};
   ffn_scratch scratch;
@@ -108,7 +108,7 @@ threshold calibrate(const Scorer& scorer, score_source source, const ffn_weights
 }
 
 template <class Scorer>
-void run_scorer(const char* scorer_name, const Scorer& scorer, score_source source, const ffn_weights& w,
+void run_scorer(const char* scorer_name, const Scorer& scorer, score_source source, const ffn_layer& w,
                 const inputs& in) {
   evaluate_all(scorer_name, scorer, source, w, in, calibrate(scorer, source, w, in));
 }
@@ -124,7 +124,7 @@ int main(int argc, char** argv) try {
     detail::fail("layer_demo", "layer", layer, "a layer < n_layers = " + std::to_string(cfg.n_layers));
   }
   // llama2.c: h = silu(w1·x) ⊙ (w3·x), y = w2·h. So gate = w1, up = w3, down = w2.
-  const ffn_weights w{activation::silu, ckpt.w1(layer), ckpt.w3(layer), ckpt.w2(layer)};
+  const ffn_layer w{activation::silu, ckpt.w1(layer), ckpt.w3(layer), ckpt.w2(layer)};
 
   inputs in;
   const auto emb = ckpt.token_embedding();

@@ -93,7 +93,7 @@ class demo_policy : public policy {
 
 class dense_demo_policy : public demo_policy {
  public:
-  void ffn(std::size_t, const ffn_weights& w, std::span<const float> x, std::span<float> y) override {
+  void ffn(std::size_t, const ffn_layer& w, std::span<const float> x, std::span<float> y) override {
     check(dense_ffn(backend_, w, x, y, scratch_, ex_), "dense FFN");
   }
 
@@ -108,7 +108,7 @@ class neuron_policy : public demo_policy {
  public:
   using op_type = neuron_sparse_ffn<Scorer, Selector, cpu_backend>;
   explicit neuron_policy(std::vector<op_type> ops) : ops_(std::move(ops)) {}
-  void ffn(std::size_t layer, const ffn_weights& w, std::span<const float> x, std::span<float> y) override {
+  void ffn(std::size_t layer, const ffn_layer& w, std::span<const float> x, std::span<float> y) override {
     check(ops_.at(layer)(w, x, y, kept_, scratch_, ex_), "neuron-sparse FFN");
     count_.add(kept_);
   }
@@ -126,15 +126,16 @@ class neuron_policy : public demo_policy {
 };
 
 // TEAL: every projection input-sparse, by |x| against a per-layer, per-projection threshold,
-// on the reference backend (the CPU backend's input-sparse linear needs transposed weights).
+// on the CPU backend (linear_args over row-major W: the quality of TEAL's rule; its speed needs
+// W transposed, transposed_linear_args, which bench_cpu_gemv measures).
 class teal_policy : public demo_policy {
  public:
   explicit teal_policy(std::vector<threshold> thresholds) : thresholds_(std::move(thresholds)) {}
   void linear(std::size_t layer, projection p, const weight_view& w, std::span<const float> x,
               std::span<float> y) override {
-    const input_sparse_linear<magnitude, threshold, reference_backend> op{
-        magnitude{}, thresholds_.at(layer * 7 + static_cast<std::size_t>(p)), {}};
-    check(op(w, x, y, kept_, scratch_, ref_ex_), "input-sparse linear");
+    const input_sparse_linear<magnitude, threshold, cpu_backend> op{
+        magnitude{}, thresholds_.at(layer * 7 + static_cast<std::size_t>(p)), backend_};
+    check(op(linear_layer{w}, x, y, kept_, scratch_, ex_), "input-sparse linear");
     const bool in_ffn = p == projection::gate || p == projection::up || p == projection::down;
     const double bytes = static_cast<double>(w.rows) * static_cast<double>(w.cols);
     all_.kept += bytes * kept_.kept_fraction();
@@ -153,7 +154,6 @@ class teal_policy : public demo_policy {
   std::vector<threshold> thresholds_;
   selection kept_;
   linear_scratch scratch_;
-  inline_executor ref_ex_;
   kept_counter all_, ffn_;
 };
 
@@ -161,10 +161,10 @@ class teal_policy : public demo_policy {
 class token_policy : public demo_policy {
  public:
   token_policy(depth_schedule schedule, std::size_t layers) : op_{schedule, {}, {}}, per_layer_(layers) {}
-  void ffn(std::size_t, const ffn_weights& w, std::span<const float> x, std::span<float> y) override {
+  void ffn(std::size_t, const ffn_layer& w, std::span<const float> x, std::span<float> y) override {
     check(dense_ffn(backend_, w, x, y, dense_scratch_, ex_), "dense FFN");
   }
-  void ffn_prefill(std::size_t layer, const ffn_weights& w, const llama2c::rows_buffer& attention_out,
+  void ffn_prefill(std::size_t layer, const ffn_layer& w, const llama2c::rows_buffer& attention_out,
                    const llama2c::rows_buffer& input, llama2c::rows_buffer& residual) override {
     check(op_(layer, w, attention_out.view(), input.view(), residual.view(), kept_, scratch_, ex_), "token-sparse FFN");
     per_layer_.at(layer).add(kept_);
@@ -198,7 +198,7 @@ class score_probe : public policy {
  public:
   score_probe(std::vector<Scorer> scorers, score_source source, threshold_calibration& cal)
       : scorers_(std::move(scorers)), source_(source), cal_(&cal) {}
-  void ffn(std::size_t layer, const ffn_weights& w, std::span<const float> x, std::span<float> y) override {
+  void ffn(std::size_t layer, const ffn_layer& w, std::span<const float> x, std::span<float> y) override {
     const neuron_sparse_ffn<Scorer, threshold, cpu_backend> op{scorers_.at(layer), threshold{-INFINITY}, source_, {}};
     check(op(w, x, y, kept_, scratch_, ex_), "calibration FFN");
     cal_->add(layer, scratch_.scores);
@@ -546,8 +546,7 @@ owned_matrix copy_of(const owned_matrix& m) {
 
 struct synthetic_layer {
   owned_matrix wq, wk, wv, wo, gate, up, down_t;
-  std::vector<float> k_cache, v_cache;           // [context × d_model]
-  std::vector<cpu::interleaved_weights> copies;  // --interleave: the copies the views point at
+  std::vector<float> k_cache, v_cache;  // [context × d_model]
 };
 
 struct synthetic_row {
@@ -586,6 +585,7 @@ int run_synthetic(const synthetic_options& o) {
   first.up = random_matrix(o.type, d_ff, d_model, sm, 6);
   first.down_t = random_matrix(o.type, d_ff, d_model, 1.0F / std::sqrt(static_cast<float>(d_ff)), 7);
   std::vector<synthetic_layer> layers;
+  cpu::weight_layouts layouts;  // --interleave: the copies, found by the views the calls pass
   for (std::size_t l = 0; l < o.layers; ++l) {
     synthetic_layer s;
     for (auto [dst, src] : {std::pair{&s.wq, &first.wq},
@@ -604,10 +604,7 @@ int run_synthetic(const synthetic_options& o) {
     for (float& v : s.k_cache) v = u(rng);
     for (float& v : s.v_cache) v = u(rng);
     if (o.interleave) {  // every matrix a decode step reads whole (down_t is read by kept rows)
-      for (owned_matrix* m : {&s.wq, &s.wk, &s.wv, &s.wo, &s.gate, &s.up}) {
-        s.copies.push_back(cpu::interleave_rows(m->view));
-        m->view = s.copies.back().view;
-      }
+      for (const owned_matrix* m : {&s.wq, &s.wk, &s.wv, &s.wo, &s.gate, &s.up}) (void)layouts.add_interleaved(m->view);
     }
     layers.push_back(std::move(s));
   }
@@ -615,10 +612,11 @@ int run_synthetic(const synthetic_options& o) {
 
   cpu::thread_pool pool(o.threads);
   cpu::executor ex(pool);
-  const cpu_backend cpu;
+  cpu_backend cpu;
+  cpu.layouts = &layouts;
   std::vector<std::byte> workspace;
   const auto gemv = [&](const weight_view& w, std::span<const float> x, std::span<float> y) {
-    if (!detail::run_op(cpu, gemv_args{w, x, y, subset::everything()}, workspace, ex)) {
+    if (!run(cpu, gemv_args{w, x, y, subset::everything()}, workspace, ex)) {
       detail::fail("model_demo --synthetic", "gemv", name(w.type), "a dtype the CPU backend handles");
     }
   };
@@ -666,12 +664,12 @@ int run_synthetic(const synthetic_options& o) {
           for (float& e : scores) e /= sum;
           const transposed_linear_args pv{vh, scores, std::span<float>(att).subspan(h * head_size, head_size),
                                           subset::everything()};
-          if (!detail::run_op(cpu, pv, workspace, ex)) detail::fail("model_demo --synthetic", "attention", "", "");
+          if (!run(cpu, pv, workspace, ex)) detail::fail("model_demo --synthetic", "attention", "", "");
         }
         gemv(L.wo.view, att, o_out);
         for (std::size_t i = 0; i < d_model; ++i) x[i] += o_out[i];
         llama2c::rmsnorm(x, ones, xb);
-        const ffn_weights w{activation::silu, L.gate.view, L.up.view, weight_view{}, L.down_t.view};
+        const ffn_layer w{activation::silu, L.gate.view, L.up.view, weight_view{}, L.down_t.view};
         const auto f0 = std::chrono::steady_clock::now();
         const status st = dense ? dense_ffn(cpu, w, xb, ffn_out, scratch, ex) : op(w, xb, ffn_out, kept, scratch, ex);
         step_ffn += std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();

@@ -19,8 +19,8 @@
 #include <actsparse/backends/cpu/repack.hpp>
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/op_args.hpp>
-#include <actsparse/ops/ffn_weights.hpp>
 #include <actsparse/ops/neuron_sparse_ffn.hpp>
+#include <actsparse/ops/run.hpp>
 
 #include <array>
 #include <cmath>
@@ -53,7 +53,7 @@ struct rows_buffer {
 };
 
 // How the forward pass computes its projections and FFNs. The defaults are dense, on the
-// reference backend.
+// CPU backend.
 class policy {
  public:
   policy() = default;
@@ -66,14 +66,13 @@ class policy {
                       std::span<float> y) {
     (void)layer;
     (void)p;
-    check(actsparse::detail::run_op(backend_, actsparse::gemv_args{w, x, y, actsparse::subset::everything()},
-                                    workspace_, ex_),
+    check(actsparse::run(backend_, actsparse::gemv_args{w, x, y, actsparse::subset::everything()}, workspace_, ex_),
           "gemv");
   }
 
   // y = W_down (act(W_gate x) ⊙ W_up x) for one token. The default computes it through
   // linear() (so a policy that sparsifies the projections sparsifies the FFN too).
-  virtual void ffn(std::size_t layer, const actsparse::ffn_weights& w, std::span<const float> x, std::span<float> y) {
+  virtual void ffn(std::size_t layer, const actsparse::ffn_layer& w, std::span<const float> x, std::span<float> y) {
     const std::size_t d_ff = w.d_ff();
     gate_.resize(d_ff);
     up_.resize(d_ff);
@@ -85,7 +84,7 @@ class policy {
 
   // residual[t] += FFN(input[t]) for every token t of a prefill; attention_out[t] is the
   // token's attention output (what token-sparse policies score tokens by).
-  virtual void ffn_prefill(std::size_t layer, const actsparse::ffn_weights& w, const rows_buffer& attention_out,
+  virtual void ffn_prefill(std::size_t layer, const actsparse::ffn_layer& w, const rows_buffer& attention_out,
                            const rows_buffer& input, rows_buffer& residual) {
     (void)attention_out;
     out_.resize(residual.cols);
@@ -112,7 +111,7 @@ class policy {
 // A dense FFN policy through the CPU backend's fused FFN (the baseline of the demo).
 class dense_policy : public policy {
  public:
-  void ffn(std::size_t, const actsparse::ffn_weights& w, std::span<const float> x, std::span<float> y) override {
+  void ffn(std::size_t, const actsparse::ffn_layer& w, std::span<const float> x, std::span<float> y) override {
     check(actsparse::dense_ffn(backend_, w, x, y, scratch_, ex_), "dense FFN");
   }
 
@@ -146,7 +145,7 @@ class model {
     for (std::size_t l = 0; l < layers_; ++l) down_t_.push_back(actsparse::cpu::transpose(c.w2(l)));
     for (std::size_t l = 0; l < layers_; ++l) {
       // llama2.c: h = silu(w1·x) ⊙ (w3·x), y = w2·h: gate = w1, up = w3, down = w2.
-      ffn_.push_back(actsparse::ffn_weights{actsparse::activation::silu, c.w1(l), c.w3(l), c.w2(l), down_t_[l].view});
+      ffn_.push_back(actsparse::ffn_layer{actsparse::activation::silu, c.w1(l), c.w3(l), c.w2(l), down_t_[l].view});
     }
   }
 
@@ -158,7 +157,7 @@ class model {
   [[nodiscard]] std::size_t vocab() const noexcept { return vocab_; }
   [[nodiscard]] std::size_t layers() const noexcept { return layers_; }
   [[nodiscard]] std::size_t seq_len() const noexcept { return seq_len_; }
-  [[nodiscard]] const actsparse::ffn_weights& ffn(std::size_t l) const { return ffn_.at(l); }
+  [[nodiscard]] const actsparse::ffn_layer& ffn(std::size_t l) const { return ffn_.at(l); }
   [[nodiscard]] const checkpoint& weights() const noexcept { return *ckpt_; }
 
   // Keys and values of every layer for positions [0, length).
@@ -166,7 +165,19 @@ class model {
     std::vector<float> k, v;  // [layers × seq_len × kv_dim]
     std::size_t length = 0;   // positions filled
   };
+  // The largest KV cache new_cache() allocates (keys and values together): a checkpoint within
+  // every header limit may still ask for more than a demo machine holds (seq_len 2^20 with a
+  // few layers is 8 GiB), which should be a clear error, not std::bad_alloc.
+  static constexpr std::size_t max_cache_bytes = std::size_t{2} << 30;  // 2 GiB
+
   [[nodiscard]] kv_cache new_cache() const {
+    const std::size_t values = layers_ * seq_len_ * kv_dim_;  // within the header limits: no overflow
+    if (values > max_cache_bytes / (2 * sizeof(float))) {
+      actsparse::detail::fail("llama2c::model::new_cache", "KV cache bytes (2 x layers x seq_len x kv_dim x 4)",
+                              2 * values * sizeof(float),
+                              "at most model::max_cache_bytes = " + std::to_string(max_cache_bytes) +
+                                  " (a checkpoint with a shorter seq_len)");
+    }
     kv_cache c;
     c.k.assign(layers_ * seq_len_ * kv_dim_, 0.0F);
     c.v.assign(layers_ * seq_len_ * kv_dim_, 0.0F);
@@ -318,7 +329,7 @@ class model {
   std::size_t dim_ = 0, hidden_ = 0, layers_ = 0, heads_ = 0, kv_heads_ = 0, head_size_ = 0, kv_dim_ = 0, vocab_ = 0,
               seq_len_ = 0;
   std::vector<actsparse::cpu::owned_weights> down_t_;
-  std::vector<actsparse::ffn_weights> ffn_;
+  std::vector<actsparse::ffn_layer> ffn_;
 };
 
 }  // namespace llama2c

@@ -1,11 +1,12 @@
 // expect: actsparse: this type is not a backend for this operation
 #include <actsparse/core/concepts.hpp>
+#include <actsparse/core/op_args.hpp>
 
 // Has the traits but no run() for gated_ffn_args.
 struct not_a_backend {
   using executor_type = actsparse::inline_executor;
   static constexpr std::string_view name = "nothing";
-  static constexpr actsparse::memory_space memory = actsparse::memory_space::host;
+  using memory_space = actsparse::host_memory;
 };
 
 template <class B>

@@ -5,7 +5,14 @@
 // barrier of 32 threads around a slot array. It checks indexing, synchronization and
 // results of the kernels' logic; it says nothing about GPU memory models or speed.
 // Identifiers are CUDA's (reserved names in C++; acceptable in this test only).
+//
+// The kernels come from cuda::kernel_source (no prelude); the prelude is defined here: the
+// macros of cuda::prelude over the emulated built-ins, except three that only NVRTC takes:
+// GPU_KERNEL gives C++ linkage (each config's kernels sit in a namespace of their own, and
+// configs share kernel names such as actsparse_compact_t64), no unrolling hints (g++ warns
+// on #pragma unroll), and f16 -> f32 by core's conversion in place of the PTX cvt.
 
+#include <actsparse/backends/gpu/device_math.hpp>  // before the dialect macros below: it stringifies them
 #include <actsparse/core/dtype.hpp>
 
 #include <math.h>  // NOLINT: the kernels call expf, tanhf, fmaf, fabsf
@@ -23,6 +30,25 @@
 #define __forceinline__ inline
 #define __shared__ static
 #define __launch_bounds__(n)
+
+#define GPU_KERNEL
+#define GPU_FN inline
+#define GPU_GLOBAL
+#define GPU_THREAD
+#define GPU_SHARED __shared__
+#define GPU_CONSTANT constexpr
+#define GPU_U64 unsigned long long
+#define GPU_BARRIER() __syncthreads()
+#define GPU_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
+#define GPU_BALLOT(p) __ballot_sync(0xffffffffu, (p))
+#define GPU_POPC(v) ((unsigned int)__popc(v))
+#define GPU_FMA(a, b, c) fmaf((a), (b), (c))
+#define GPU_FABS(v) fabsf(v)
+#define GPU_EXP(v) expf(v)
+#define GPU_TANH(v) tanhf(v)
+#define GPU_UNROLL
+#define GPU_UNROLL_N(n)
+#define GPU_GROUP_2D(width, col, row) const unsigned int col = blockIdx.x, row = blockIdx.y
 
 struct emulated_dim3 {
   unsigned int x = 0;
@@ -74,9 +100,21 @@ inline unsigned int __ballot_sync(unsigned int /*mask*/, bool p) {
 }
 
 inline int __popc(unsigned int v) { return std::popcount(v); }
-inline float __uint_as_float(unsigned int b) { return std::bit_cast<float>(b); }
-inline unsigned int __float_as_uint(float f) { return std::bit_cast<unsigned int>(f); }
-inline float emulated_half_to_float(unsigned short h) { return actsparse::to_f32(actsparse::f16{h}); }
+
+// The prelude's primitives.
+inline unsigned short actsparse_load_u16(const unsigned char* p) {
+  unsigned short v = 0;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline float actsparse_load_f32(const unsigned char* p) {
+  float v = 0;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline float actsparse_half_to_float(unsigned short h) { return actsparse::to_f32(actsparse::f16{h}); }
+inline float actsparse_bits_to_float(unsigned int b) { return std::bit_cast<float>(b); }
+inline unsigned int actsparse_float_to_bits(float f) { return std::bit_cast<unsigned int>(f); }
 
 // Runs kernel() as a grid_x x grid_y grid of blocks of `threads` threads.
 template <class Kernel>

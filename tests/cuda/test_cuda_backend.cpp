@@ -17,8 +17,10 @@
 #include <actsparse/backends/cuda/context.hpp>
 #include <actsparse/backends/cuda/driver.hpp>
 #include <actsparse/backends/reference.hpp>
+#include <actsparse/core/select_args.hpp>
 #include <actsparse/ops/input_sparse_linear.hpp>
 #include <actsparse/ops/neuron_sparse_ffn.hpp>
+#include <actsparse/ops/run.hpp>
 #include <actsparse/ops/token_sparse_ffn.hpp>
 #include <actsparse/scorers/magnitude.hpp>
 #include <actsparse/selectors/cumulative_mass.hpp>
@@ -39,6 +41,7 @@
 #include <vector>
 
 namespace cuda = actsparse::cuda;
+namespace gpu = actsparse::gpu;
 using namespace reference_test;
 using actsparse_cuda_test::fake_driver;
 using actsparse_cuda_test::fake_stats;
@@ -229,15 +232,15 @@ TEST_CASE("cuda backend (fake driver): context, device info, module cache, drive
 
     // Compiled once per config, then from the in-memory cache.
     const cuda_backend tuned = fake_tuned_backend();
-    const cuda::kernel_config c{cuda::kernel_op::gemv, dtype::f16, activation::silu, tuned.threads_per_block,
-                                tuned.rows_per_warp};
+    const gpu::kernel_config c{gpu::kernel_op::gemv, dtype::f16, activation::silu, tuned.threads_per_block,
+                               tuned.rows_per_warp};
     const auto& f1 = ctx.functions(c);
     const auto& f2 = ctx.functions(c);
     CHECK(f1 == f2);
     CHECK(ctx.cache_stats().modules == 1);
     CHECK(ctx.cache_stats().hits == 1);
     // A kernel the driver cannot find is an error naming the call and the kernel.
-    const cuda::kernel_config unknown{cuda::kernel_op::gemv, dtype::f16, activation::silu, 1024, 8};
+    const gpu::kernel_config unknown{gpu::kernel_op::gemv, dtype::f16, activation::silu, 1024, 8};
     CHECK_THROWS_WITH_AS((void)ctx.functions(unknown),
                          doctest::Contains("cuModuleGetFunction(actsparse_gemv_f16_t1024_r8) failed: "
                                            "CUDA_ERROR_NOT_FOUND"),
@@ -257,7 +260,7 @@ TEST_CASE("cuda backend (fake driver): context, device info, module cache, drive
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("actsparse_ptx_cache_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  const cuda::kernel_config c{cuda::kernel_op::gather_values, dtype::f32, activation::silu, 32, 1};
+  const gpu::kernel_config c{gpu::kernel_op::gather_values, dtype::f32, activation::silu, 32, 1};
   {
     cuda::context ctx = fake_context(dir.string());
     (void)ctx.functions(c);
@@ -418,10 +421,10 @@ TEST_CASE("cuda backend (fake driver): gated FFN dense and neuron-sparse, with a
         const weight_view none{};
 
         // Dense with W_down only (phase 2 a GEMV), and with down_t only (a row axpy).
-        REQUIRE(run_cuda(b, gated_ffn_args{act, gate.view, up.view, down.view, xv, yv, subset::everything()}, ctx));
+        REQUIRE(run_cuda(b, gated_ffn_args{{act, gate.view, up.view, down.view}, xv, yv, subset::everything()}, ctx));
         check_within(yv, ffn_oracle(act, f.gate.values, f.up.values, f.down.values, xh, subset::everything()));
-        REQUIRE(run_cuda(
-            b, gated_ffn_args{act, gate.view, up.view, none, xv, yv, subset::everything(), {}, down_t.view}, ctx));
+        REQUIRE(run_cuda(b, gated_ffn_args{{act, gate.view, up.view, none, down_t.view}, xv, yv, subset::everything()},
+                         ctx));
         check_within(yv, ffn_oracle(act, f.gate.values, f.up.values, f.down_of_t, xh, subset::everything()));
         const std::vector<float> dense(yv.begin(), yv.end());
 
@@ -437,29 +440,29 @@ TEST_CASE("cuda backend (fake driver): gated FFN dense and neuron-sparse, with a
           const cuda::buffer idx = to_device<std::uint32_t>(ctx, kept);
           const subset s = subset::only(cview<std::uint32_t>(idx, kept.size()));
           const auto oracle = ffn_oracle(act, f.gate.values, f.up.values, f.down_of_t, xh, subset::only(kept));
-          REQUIRE(run_cuda(b, gated_ffn_args{act, gate.view, up.view, none, xv, yv, s, {}, down_t.view}, ctx));
+          REQUIRE(run_cuda(b, gated_ffn_args{{act, gate.view, up.view, none, down_t.view}, xv, yv, s}, ctx));
           check_within(yv, oracle);
           if (density == 1.0) CHECK(same_bits(yv, dense));
           std::vector<float> want(d_model);
           inline_executor ex;
-          REQUIRE(run(
-              reference_backend{},
-              gated_ffn_args{act, f.gate.view, f.up.view, none, xh, want, subset::only(kept), {}, f.down_t.view}, ex));
+          REQUIRE(run(reference_backend{},
+                      gated_ffn_args{{act, f.gate.view, f.up.view, none, f.down_t.view}, xh, want, subset::only(kept)},
+                      ex));
           note("gated_ffn sparse", t, yv, want);
           REQUIRE(run_cuda(
-              b, gated_ffn_args{act, gate.view, up.view, none, xv, yv, s, cview<float>(g, d_ff), down_t.view}, ctx));
+              b, gated_ffn_args{{act, gate.view, up.view, none, down_t.view}, xv, yv, s, cview<float>(g, d_ff)}, ctx));
           check_within(yv, oracle);
           if (density == 1.0) CHECK(same_bits(yv, dense));  // the gate's bits are the gemv's
           note("gated_ffn gate_act", t, yv, want);
         }
         // Sparse without down_t is not handled (it would read all of W_down).
         const std::vector<std::uint32_t> one{0};
-        const gated_ffn_args no_t{act, gate.view, up.view, down.view, xv, yv, subset::only(one)};
+        const gated_ffn_args no_t{{act, gate.view, up.view, down.view}, xv, yv, subset::only(one)};
         CHECK_FALSE(b.can_implement(no_t).handled());
         // The fused gate + up kernel decodes one dtype: a computed gate of another is not handled.
         if (t != dtype::f32) {
           const weight_view gate_f32(gate.view.data, dtype::f32, d_ff, d_model, d_model * 4);
-          gated_ffn_args mixed{act, gate_f32, up.view, none, xv, yv, subset::everything(), {}, down_t.view};
+          gated_ffn_args mixed{{act, gate_f32, up.view, none, down_t.view}, xv, yv, subset::everything()};
           CHECK(b.can_implement(mixed).reason ==
                 "cuda: gate and up of different dtypes (the fused gate + up kernel "
                 "decodes one)");
@@ -504,14 +507,9 @@ TEST_CASE("cuda backend (fake driver): token-sparse FFN, a kept token equals its
         const subset s = all ? subset::everything() : subset::only(cview<std::uint32_t>(idx, kept.size()));
         cuda::buffer residual = to_device<float>(ctx, residual_h);
         const matrix_view<float> res{static_cast<float*>(residual.data()), tokens, d_model, stride * 4};
-        const token_ffn_args a{activation::silu,
-                               gate.view,
-                               up.view,
-                               use_down_t ? none : down.view,
-                               in,
-                               res,
-                               s,
-                               use_down_t ? down_t.view : none};
+        const ffn_layer layer{activation::silu, gate.view, up.view, use_down_t ? none : down.view,
+                              use_down_t ? down_t.view : none};
+        const token_ffn_args a{layer, in, res, s};
         REQUIRE(run_cuda(b, a, ctx));
         const Eigen::MatrixXd& w_down = use_down_t ? f.down_of_t : f.down.values;
         for (std::size_t tok = 0; tok < tokens; ++tok) {
@@ -525,17 +523,9 @@ TEST_CASE("cuda backend (fake driver): token-sparse FFN, a kept token equals its
           // The decode FFN of this token on the same backend, added to the residual.
           const cuda::buffer xt = to_device<float>(ctx, std::span(input_h).subspan(tok * stride, d_model));
           cuda::buffer y(ctx, d_model * 4);
-          REQUIRE(run_cuda(b,
-                           gated_ffn_args{activation::silu,
-                                          gate.view,
-                                          up.view,
-                                          use_down_t ? none : down.view,
-                                          cview<float>(xt, d_model),
-                                          mview<float>(y, d_model),
-                                          subset::everything(),
-                                          {},
-                                          use_down_t ? down_t.view : none},
-                           ctx));
+          REQUIRE(run_cuda(
+              b, gated_ffn_args{layer, cview<float>(xt, d_model), mview<float>(y, d_model), subset::everything()},
+              ctx));
           std::vector<float> want(d_model);
           for (std::size_t c = 0; c < d_model; ++c) want[c] = before[c] + mview<float>(y, d_model)[c];
           CHECK(same_bits(got, want));
@@ -550,12 +540,19 @@ TEST_CASE("cuda backend (fake driver): token-sparse FFN, a kept token equals its
   }
 }
 
-TEST_CASE("cuda backend (fake driver): device-side threshold select, top_k and cumulative_mass") {
+TEST_CASE("cuda backend (fake driver): device selection (device_select_args) against the host selectors") {
   test_device dev;
   if (!dev) return;
   cuda::context& ctx = *dev.ctx;
   const cuda_backend& b = dev.backend;
   std::mt19937 rng(15);
+  // Enqueued without synchronizing: the caller synchronizes before reading the count.
+  const auto select = [&](const device_select_args& a) {
+    REQUIRE(b.can_implement(a).handled());
+    cuda::buffer ws(ctx, std::max<std::size_t>(b.workspace_size(a), 4), cuda::memory_kind::device);
+    REQUIRE(b.run(a, ws.bytes().first(b.workspace_size(a)), ctx).handled());
+    ctx.synchronize();
+  };
   for (const dtype t : all_dtypes) {
     for (const activation act : all_activations) {
       if (act != activation::silu && t != dtype::f32) continue;  // every activation once
@@ -570,25 +567,27 @@ TEST_CASE("cuda backend (fake driver): device-side threshold select, top_k and c
       cuda::buffer h(ctx, rows * 4);
       cuda::buffer idx(ctx, rows * 4);
       cuda::buffer count(ctx, 4);
-      cuda::buffer ws(ctx, b.threshold_select_workspace(dw.view), cuda::memory_kind::device);
       const float thr = 0.2F;
-      b.threshold_select(ctx, dw.view, act, static_cast<const float*>(x.data()), thr, static_cast<float*>(h.data()),
-                         ws.bytes(), static_cast<std::uint32_t*>(idx.data()),
-                         static_cast<std::uint32_t*>(count.data()));
-      ctx.synchronize();
-      // h is the gate GEMV's bits, activated as on the host; idx the rows above the threshold.
-      std::vector<float> g(rows);
+      const device_select_args a{device_rule::threshold(thr),
+                                 {},
+                                 {dw.view, act, cview<float>(x, cols), mview<float>(h, rows)},
+                                 mview<std::uint32_t>(idx, rows),
+                                 mview<std::uint32_t>(count, 1)};
+      select(a);
+      // h is the gate GEMV's bits, activated as on the host; idx the threshold selector's set
+      // over the magnitudes |h|.
       cuda::buffer gd(ctx, rows * 4);
       REQUIRE(
           run_cuda(b, gemv_args{dw.view, cview<float>(x, cols), mview<float>(gd, rows), subset::everything()}, ctx));
-      std::vector<std::uint32_t> expected;
+      std::vector<float> magnitudes(rows);
       for (std::size_t j = 0; j < rows; ++j) {
         CHECK(mview<float>(h, rows)[j] == apply(act, mview<float>(gd, rows)[j]));
-        if (std::abs(mview<float>(h, rows)[j]) > thr) expected.push_back(static_cast<std::uint32_t>(j));
+        magnitudes[j] = std::abs(mview<float>(h, rows)[j]);
       }
+      const selection want = threshold{thr}.select(magnitudes);
       const std::uint32_t n = mview<std::uint32_t>(count, 1)[0];
-      REQUIRE(n == expected.size());
-      CHECK(std::equal(expected.begin(), expected.end(), mview<std::uint32_t>(idx, n).begin()));
+      REQUIRE(n == want.indices.size());
+      CHECK(std::equal(want.indices.begin(), want.indices.end(), mview<std::uint32_t>(idx, n).begin()));
     }
   }
   // top_k and cumulative_mass against the selectors, on scores with ties.
@@ -598,11 +597,13 @@ TEST_CASE("cuda backend (fake driver): device-side threshold select, top_k and c
   const cuda::buffer sd = to_device<float>(ctx, scores);
   cuda::buffer idx(ctx, 150 * 4);
   cuda::buffer count(ctx, 4);
+  const auto args = [&](device_rule rule) {
+    return device_select_args{
+        rule, cview<float>(sd, 150), {}, mview<std::uint32_t>(idx, 150), mview<std::uint32_t>(count, 1)};
+  };
   for (const std::size_t k : {std::size_t{0}, std::size_t{40}, std::size_t{150}}) {
     CAPTURE(k);
-    b.top_k(ctx, static_cast<const float*>(sd.data()), 150, k, static_cast<std::uint32_t*>(idx.data()),
-            static_cast<std::uint32_t*>(count.data()));
-    ctx.synchronize();
+    select(args(device_rule::top_k(k)));
     const selection want = top_k::by_count(k).select(scores);
     const std::uint32_t n = mview<std::uint32_t>(count, 1)[0];
     REQUIRE(n == want.indices.size());
@@ -610,15 +611,32 @@ TEST_CASE("cuda backend (fake driver): device-side threshold select, top_k and c
   }
   for (const double mass : {0.3, 0.9}) {
     CAPTURE(mass);
-    b.cumulative_mass(ctx, static_cast<const float*>(sd.data()), 150, static_cast<float>(mass), 5,
-                      static_cast<std::uint32_t*>(idx.data()), static_cast<std::uint32_t*>(count.data()));
-    ctx.synchronize();
+    select(args(device_rule::cumulative_mass(static_cast<float>(mass), 5)));
     selection want;
     cumulative_mass{static_cast<float>(mass), 0, 5}.select(scores, want);
     const std::uint32_t n = mview<std::uint32_t>(count, 1)[0];
     REQUIRE(n == want.indices.size());
     CHECK(std::equal(want.indices.begin(), want.indices.end(), mview<std::uint32_t>(idx, n).begin()));
   }
+  // What it does not run is not_handled, so an engine selects on the host instead; bad
+  // parameters are the host selectors' errors.
+  CHECK(b.can_implement(args(device_rule::threshold(0.5F))).reason ==
+        "cuda: a threshold over given scores (the device threshold is fused with the gate GEMV: pass gate)");
+  CHECK_THROWS_WITH_AS(b.run(args(device_rule::top_k(151)), {}, ctx), doctest::Contains("'rule.k'"), actsparse::error);
+  CHECK_THROWS_WITH_AS(b.run(args(device_rule::cumulative_mass(0.0F)), {}, ctx), doctest::Contains("'rule.mass'"),
+                       actsparse::error);
+  CHECK_THROWS_AS(b.run(device_select_args{device_rule::top_k(1),
+                                           cview<float>(sd, 150),
+                                           {},
+                                           mview<std::uint32_t>(idx, 149),
+                                           mview<std::uint32_t>(count, 1)},
+                        {}, ctx),
+                  actsparse::error);
+  // Through the protocol driver (actsparse::run), as an engine calls it.
+  std::vector<std::byte> workspace;
+  REQUIRE(actsparse::run(b, args(device_rule::top_k(7)), workspace, ctx).handled());
+  ctx.synchronize();
+  CHECK(mview<std::uint32_t>(count, 1)[0] == 7);
 }
 
 TEST_CASE("cuda backend (fake driver): the ops layer runs unchanged on the cuda backend") {
@@ -644,8 +662,8 @@ TEST_CASE("cuda backend (fake driver): the ops layer runs unchanged on the cuda 
     const device_weights gate = to_device(ctx, f.gate);
     const device_weights up = to_device(ctx, f.up);
     const device_weights down_t = to_device(ctx, f.down_t);
-    const ffn_weights w_cuda{activation::silu, gate.view, up.view, {}, down_t.view};
-    const ffn_weights w_ref{activation::silu, f.gate.view, f.up.view, {}, f.down_t.view};
+    const ffn_layer w_cuda{activation::silu, gate.view, up.view, {}, down_t.view};
+    const ffn_layer w_ref{activation::silu, f.gate.view, f.up.view, {}, f.down_t.view};
     const std::vector<float> xh = random_vector(d_model, rng);
     const cuda::buffer x = to_device<float>(ctx, xh);
 
@@ -673,8 +691,8 @@ TEST_CASE("cuda backend (fake driver): the ops layer runs unchanged on the cuda 
     std::vector<float> z_ref(d_ff);
     linear_scratch ls_cuda;
     linear_scratch ls_ref;
-    REQUIRE(lin_cuda(up.view, cview<float>(x, d_model), mview<float>(z, d_ff), kept_cuda, ls_cuda, ctx));
-    REQUIRE(lin_ref(f.up.view, xh, z_ref, kept_ref, ls_ref, ref_ex));
+    REQUIRE(lin_cuda(linear_layer{up.view}, cview<float>(x, d_model), mview<float>(z, d_ff), kept_cuda, ls_cuda, ctx));
+    REQUIRE(lin_ref(linear_layer{f.up.view}, xh, z_ref, kept_ref, ls_ref, ref_ex));
     REQUIRE(kept_cuda.indices == kept_ref.indices);
     check_within(mview<float>(z, d_ff), linear_oracle(f.up.values, xh, subset::only(kept_ref.indices)));
     note("input_sparse_linear", t, mview<float>(z, d_ff), z_ref);

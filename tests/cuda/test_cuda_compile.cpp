@@ -3,6 +3,7 @@
 // spills. No GPU is needed; none of these kernels has run on one here.
 #include "cuda_test_support.hpp"
 
+#include <actsparse/backends/cuda/driver.hpp>
 #include <actsparse/backends/cuda/generator.hpp>
 #include <actsparse/backends/cuda/nvrtc.hpp>
 
@@ -13,13 +14,14 @@
 #include <vector>
 
 namespace cuda = actsparse::cuda;
+namespace gpu = actsparse::gpu;
 using actsparse::activation;
 using actsparse::dtype;
 using namespace actsparse_cuda_test;
 
 namespace {
 
-void check_configs(const std::vector<cuda::kernel_config>& configs) {
+void check_configs(const std::vector<gpu::kernel_config>& configs) {
   for (const auto& c : configs) {
     const std::string source = cuda::generate_cuda(c);
     for (const auto& [arch, sm] : {std::pair{"compute_80", "sm_80"}, std::pair{"compute_90", "sm_90"}}) {
@@ -44,28 +46,28 @@ void check_configs(const std::vector<cuda::kernel_config>& configs) {
   }
 }
 
-void check_compiles(cuda::kernel_op op, dtype t) {
+void check_compiles(gpu::kernel_op op, dtype t) {
   if (skip_without_nvrtc() || skip_without_ptxas()) return;
-  std::vector<cuda::kernel_config> configs;
-  const bool axpy = op == cuda::kernel_op::row_axpy || op == cuda::kernel_op::token_gather ||
-                    op == cuda::kernel_op::token_scatter_add || op == cuda::kernel_op::top_k ||
-                    op == cuda::kernel_op::row_axpy_split || op == cuda::kernel_op::gather_values ||
-                    op == cuda::kernel_op::gated_hidden || op == cuda::kernel_op::cumulative_mass;  // rows_per_warp 1
-  const bool act = op == cuda::kernel_op::gate_select || op == cuda::kernel_op::gated_hidden;
+  std::vector<gpu::kernel_config> configs;
+  const bool axpy = op == gpu::kernel_op::row_axpy || op == gpu::kernel_op::token_gather ||
+                    op == gpu::kernel_op::token_scatter_add || op == gpu::kernel_op::top_k ||
+                    op == gpu::kernel_op::row_axpy_split || op == gpu::kernel_op::gather_values ||
+                    op == gpu::kernel_op::gated_hidden || op == gpu::kernel_op::cumulative_mass;  // rows_per_warp 1
+  const bool act = op == gpu::kernel_op::gate_select || op == gpu::kernel_op::gated_hidden;
   for (const auto a : {activation::silu, activation::gelu, activation::relu}) {
     if (a != activation::silu && !act) continue;
     configs.push_back({op, t, a, 128, 1});
     configs.push_back({op, t, a, 256, axpy ? 1U : 2U});
   }
   if (!axpy) configs.push_back({op, t, activation::silu, 512, 4});
-  if (op == cuda::kernel_op::cumulative_mass) configs.push_back({op, t, activation::silu, 1024, 1});
+  if (op == gpu::kernel_op::cumulative_mass) configs.push_back({op, t, activation::silu, 1024, 1});
   check_configs(configs);
 }
 
 // gated_gather: every activation in one shape, the silu one in three (rows_per_warp 1, 2, 4).
 void check_gated_gather(dtype t) {
   if (skip_without_nvrtc() || skip_without_ptxas()) return;
-  const cuda::kernel_op op = cuda::kernel_op::gated_gather;
+  const gpu::kernel_op op = gpu::kernel_op::gated_gather;
   check_configs({{op, t, activation::silu, 128, 1},
                  {op, t, activation::silu, 256, 2},
                  {op, t, activation::silu, 512, 4},
@@ -78,8 +80,8 @@ void check_gated_gather(dtype t) {
 // on sm_80 / sm_90 with CUDA 13, but slow to assemble).
 void check_batched_gemv(dtype t) {
   if (skip_without_nvrtc() || skip_without_ptxas()) return;
-  const cuda::kernel_op op = cuda::kernel_op::batched_gemv;
-  std::vector<cuda::kernel_config> configs = {
+  const gpu::kernel_op op = gpu::kernel_op::batched_gemv;
+  std::vector<gpu::kernel_config> configs = {
       {op, t, activation::silu, 128, 1, 8}, {op, t, activation::silu, 256, 2, 4}, {op, t, activation::silu, 512, 4, 2}};
   if (actsparse::block_values(t) == 1) configs.push_back({op, t, activation::silu, 256, 4, 8});
   check_configs(configs);
@@ -88,91 +90,91 @@ void check_batched_gemv(dtype t) {
 }  // namespace
 
 TEST_CASE("cuda: gemv f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gemv, dtype::f32);
+  check_compiles(gpu::kernel_op::gemv, dtype::f32);
 }
 TEST_CASE("cuda: gemv f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gemv, dtype::f16);
+  check_compiles(gpu::kernel_op::gemv, dtype::f16);
 }
 TEST_CASE("cuda: gemv bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gemv, dtype::bf16);
+  check_compiles(gpu::kernel_op::gemv, dtype::bf16);
 }
 TEST_CASE("cuda: gemv q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gemv, dtype::q8_0);
+  check_compiles(gpu::kernel_op::gemv, dtype::q8_0);
 }
 TEST_CASE("cuda: gemv q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gemv, dtype::q4_0);
+  check_compiles(gpu::kernel_op::gemv, dtype::q4_0);
 }
 TEST_CASE("cuda: gather_gemv f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gather_gemv, dtype::f32);
+  check_compiles(gpu::kernel_op::gather_gemv, dtype::f32);
 }
 TEST_CASE("cuda: gather_gemv f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gather_gemv, dtype::f16);
+  check_compiles(gpu::kernel_op::gather_gemv, dtype::f16);
 }
 TEST_CASE("cuda: gather_gemv bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gather_gemv, dtype::bf16);
+  check_compiles(gpu::kernel_op::gather_gemv, dtype::bf16);
 }
 TEST_CASE("cuda: gather_gemv q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gather_gemv, dtype::q8_0);
+  check_compiles(gpu::kernel_op::gather_gemv, dtype::q8_0);
 }
 TEST_CASE("cuda: gather_gemv q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gather_gemv, dtype::q4_0);
+  check_compiles(gpu::kernel_op::gather_gemv, dtype::q4_0);
 }
 TEST_CASE("cuda: row_axpy f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::row_axpy, dtype::f32);
+  check_compiles(gpu::kernel_op::row_axpy, dtype::f32);
 }
 TEST_CASE("cuda: row_axpy f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::row_axpy, dtype::f16);
+  check_compiles(gpu::kernel_op::row_axpy, dtype::f16);
 }
 TEST_CASE("cuda: row_axpy bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::row_axpy, dtype::bf16);
+  check_compiles(gpu::kernel_op::row_axpy, dtype::bf16);
 }
 TEST_CASE("cuda: row_axpy q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::row_axpy, dtype::q8_0);
+  check_compiles(gpu::kernel_op::row_axpy, dtype::q8_0);
 }
 TEST_CASE("cuda: row_axpy q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::row_axpy, dtype::q4_0);
+  check_compiles(gpu::kernel_op::row_axpy, dtype::q4_0);
 }
 TEST_CASE("cuda: gate_select f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gate_select, dtype::f32);
+  check_compiles(gpu::kernel_op::gate_select, dtype::f32);
 }
 TEST_CASE("cuda: gate_select f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gate_select, dtype::f16);
+  check_compiles(gpu::kernel_op::gate_select, dtype::f16);
 }
 TEST_CASE("cuda: gate_select bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gate_select, dtype::bf16);
+  check_compiles(gpu::kernel_op::gate_select, dtype::bf16);
 }
 TEST_CASE("cuda: gate_select q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gate_select, dtype::q8_0);
+  check_compiles(gpu::kernel_op::gate_select, dtype::q8_0);
 }
 TEST_CASE("cuda: gate_select q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gate_select, dtype::q4_0);
+  check_compiles(gpu::kernel_op::gate_select, dtype::q4_0);
 }
 
 TEST_CASE("cuda: token_gather compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::token_gather, dtype::f32);
+  check_compiles(gpu::kernel_op::token_gather, dtype::f32);
 }
 TEST_CASE("cuda: token_scatter_add compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::token_scatter_add, dtype::f32);
+  check_compiles(gpu::kernel_op::token_scatter_add, dtype::f32);
 }
 
 TEST_CASE("cuda: top_k compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::top_k, dtype::f32);
+  check_compiles(gpu::kernel_op::top_k, dtype::f32);
 }
 
 TEST_CASE("cuda: row_axpy_split f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::row_axpy_split, dtype::f32);
+  check_compiles(gpu::kernel_op::row_axpy_split, dtype::f32);
 }
 TEST_CASE("cuda: row_axpy_split f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::row_axpy_split, dtype::f16);
+  check_compiles(gpu::kernel_op::row_axpy_split, dtype::f16);
 }
 TEST_CASE("cuda: row_axpy_split bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::row_axpy_split, dtype::bf16);
+  check_compiles(gpu::kernel_op::row_axpy_split, dtype::bf16);
 }
 TEST_CASE("cuda: row_axpy_split q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::row_axpy_split, dtype::q8_0);
+  check_compiles(gpu::kernel_op::row_axpy_split, dtype::q8_0);
 }
 TEST_CASE("cuda: row_axpy_split q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::row_axpy_split, dtype::q4_0);
+  check_compiles(gpu::kernel_op::row_axpy_split, dtype::q4_0);
 }
 TEST_CASE("cuda: gated_gather f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") { check_gated_gather(dtype::f32); }
 TEST_CASE("cuda: gated_gather f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") { check_gated_gather(dtype::f16); }
@@ -197,13 +199,13 @@ TEST_CASE("cuda: batched_gemv q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spil
   check_batched_gemv(dtype::q4_0);
 }
 TEST_CASE("cuda: gather_values compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gather_values, dtype::f32);
+  check_compiles(gpu::kernel_op::gather_values, dtype::f32);
 }
 TEST_CASE("cuda: gated_hidden compiles for every activation (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::gated_hidden, dtype::f32);
+  check_compiles(gpu::kernel_op::gated_hidden, dtype::f32);
 }
 TEST_CASE("cuda: cumulative_mass compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
-  check_compiles(cuda::kernel_op::cumulative_mass, dtype::f32);
+  check_compiles(gpu::kernel_op::cumulative_mass, dtype::f32);
 }
 
 TEST_CASE("cuda: NVRTC reports a compile error with its log, caches PTX, rejects a bad arch") {
@@ -220,7 +222,7 @@ TEST_CASE("cuda: NVRTC reports a compile error with its log, caches PTX, rejects
   CHECK_THROWS_AS((void)cuda::compile_to_ptx("", "sm_80"), actsparse::error);
 
   cuda::clear_ptx_cache();
-  const std::string source = cuda::generate_cuda({cuda::kernel_op::gemv, dtype::f32});
+  const std::string source = cuda::generate_cuda({gpu::kernel_op::gemv, dtype::f32});
   const std::string a = cuda::compile_to_ptx(source, "compute_80");
   const std::string b = cuda::compile_to_ptx(source, "compute_80");
   CHECK(a == b);
@@ -235,7 +237,7 @@ TEST_CASE("cuda: NVRTC reports a compile error with its log, caches PTX, rejects
   CHECK(stats.misses == 3);
 }
 
-TEST_CASE("cuda: device_count reports no device cleanly when there is none") {
+TEST_CASE("cuda: device_count (driver.hpp, libcuda opened once) reports no device cleanly when there is none") {
   const cuda::device_report r = cuda::device_count();
   CHECK(r.count >= 0);
   if (r.count == 0) {

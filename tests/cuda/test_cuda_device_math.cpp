@@ -1,8 +1,9 @@
 // The decoders and activations that the generated kernels run, expanded here as host C++
-// from the same macros the generator pastes into the CUDA source (device_math.hpp), and
-// compared bit for bit with core's dequantize and activations. Only the four primitives
-// (aligned loads, half -> float, bit cast) differ between the two sides.
-#include <actsparse/backends/cuda/generator.hpp>  // first: it stringifies the macros unexpanded
+// from the same macros the generators paste into the CUDA and Metal source
+// (backends/gpu/device_math.hpp), and compared bit for bit with core's dequantize and
+// activations. Only the primitives (aligned loads, half -> float, bit cast) and the dialect
+// macros differ between the two sides; the decoders' sizes are core's dtype table's.
+#include <actsparse/backends/gpu/device_math.hpp>  // first: it stringifies the macros unexpanded
 
 #include <actsparse/core/activation.hpp>
 #include <actsparse/core/dtype.hpp>
@@ -36,15 +37,34 @@ inline float actsparse_half_to_float(unsigned short h) { return actsparse::to_f3
 inline float actsparse_bits_to_float(unsigned int b) { return std::bit_cast<float>(b); }
 inline unsigned int actsparse_float_to_bits(float f) { return std::bit_cast<unsigned int>(f); }
 
-#define ACTSPARSE_CUDA_FN inline
-ACTSPARSE_CUDA_DECODE_F32
-ACTSPARSE_CUDA_DECODE_F16
-ACTSPARSE_CUDA_DECODE_BF16
-ACTSPARSE_CUDA_DECODE_Q8_0
-ACTSPARSE_CUDA_DECODE_Q4_0
-ACTSPARSE_CUDA_ACTIVATIONS
-ACTSPARSE_CUDA_ORDER_KEY
-#undef ACTSPARSE_CUDA_FN
+// The sizes the generators write before a decoder, from the same table.
+constexpr unsigned int actsparse_f32_bytes = actsparse::block_bytes(actsparse::dtype::f32);
+constexpr unsigned int actsparse_f16_bytes = actsparse::block_bytes(actsparse::dtype::f16);
+constexpr unsigned int actsparse_bf16_bytes = actsparse::block_bytes(actsparse::dtype::bf16);
+constexpr unsigned int actsparse_q8_0_bytes = actsparse::block_bytes(actsparse::dtype::q8_0);
+constexpr unsigned int actsparse_q8_0_values = actsparse::block_values(actsparse::dtype::q8_0);
+constexpr unsigned int actsparse_q4_0_bytes = actsparse::block_bytes(actsparse::dtype::q4_0);
+constexpr unsigned int actsparse_q4_0_values = actsparse::block_values(actsparse::dtype::q4_0);
+
+#define GPU_FN inline
+#define GPU_GLOBAL
+#define GPU_THREAD
+#define GPU_FMA fmaf
+#define GPU_EXP expf
+#define GPU_TANH tanhf
+ACTSPARSE_GPU_DECODE_F32
+ACTSPARSE_GPU_DECODE_F16
+ACTSPARSE_GPU_DECODE_BF16
+ACTSPARSE_GPU_DECODE_Q8_0
+ACTSPARSE_GPU_DECODE_Q4_0
+ACTSPARSE_GPU_ACTIVATIONS
+ACTSPARSE_GPU_ORDER_KEY
+#undef GPU_FN
+#undef GPU_GLOBAL
+#undef GPU_THREAD
+#undef GPU_FMA
+#undef GPU_EXP
+#undef GPU_TANH
 
 }  // namespace host_mirror
 

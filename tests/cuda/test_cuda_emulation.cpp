@@ -25,6 +25,7 @@
 #include "emulated_kernels.inc"  // generated: tests/cuda_emulation/emit_kernels.cpp
 
 namespace cuda = actsparse::cuda;
+namespace gpu = actsparse::gpu;
 using actsparse::activation;
 using actsparse::dtype;
 
@@ -93,7 +94,7 @@ TEST_CASE("cuda emulated: gemv, gather_gemv and row_axpy match the reference for
     const matrix m = make_matrix(k.t, rows, cols, 3);
     const std::vector<float> x = random_vector(cols, 4);
 
-    const cuda::kernel_config gemv{cuda::kernel_op::gemv, k.t, activation::silu, 64, 2};
+    const gpu::kernel_config gemv{gpu::kernel_op::gemv, k.t, activation::silu, 64, 2};
     std::vector<float> y(rows, -1.0F);
     emulate_launch(cuda::grid_blocks(gemv, rows), 64,
                    [&] { k.gemv(m.bytes.data(), m.stride, x.data(), rows, cols, y.data()); });
@@ -104,7 +105,7 @@ TEST_CASE("cuda emulated: gemv, gather_gemv and row_axpy match the reference for
     CHECK(std::memcmp(y.data(), again.data(), rows * sizeof(float)) == 0);  // the same bits every run
 
     const std::vector<unsigned int> idx = {36, 0, 5, 5, 17, 2, 30};
-    const cuda::kernel_config gather{cuda::kernel_op::gather_gemv, k.t, activation::silu, 64, 1};
+    const gpu::kernel_config gather{gpu::kernel_op::gather_gemv, k.t, activation::silu, 64, 1};
     std::vector<float> yg(idx.size(), -1.0F);
     emulate_launch(cuda::grid_blocks(gather, idx.size()), 64, [&] {
       k.gather(m.bytes.data(), m.stride, x.data(), cols, idx.data(), static_cast<unsigned int>(idx.size()), yg.data());
@@ -114,7 +115,7 @@ TEST_CASE("cuda emulated: gemv, gather_gemv and row_axpy match the reference for
     // row_axpy over the matrix as Wt (rows x cols): y = Σ coef[k]·Wt[idx[k], :], in order.
     const std::vector<unsigned int> kept = {1, 4, 9, 10, 36};
     const std::vector<float> coef = {0.5F, -2.0F, 1.25F, 3.0F, -0.75F};
-    const cuda::kernel_config axpy{cuda::kernel_op::row_axpy, k.t, activation::silu, 32, 1};
+    const gpu::kernel_config axpy{gpu::kernel_op::row_axpy, k.t, activation::silu, 32, 1};
     std::vector<float> ya(cols, -1.0F);
     emulate_launch(cuda::grid_blocks(axpy, cols), 32, [&] {
       k.axpy(m.bytes.data(), m.stride, kept.data(), coef.data(), static_cast<unsigned int>(kept.size()), cols,
@@ -132,7 +133,7 @@ TEST_CASE("cuda emulated: gemv, gather_gemv and row_axpy match the reference for
 namespace {
 
 template <class Gate, class Compact>
-void check_gate(Gate gate, Compact compact, const cuda::kernel_config& c, std::size_t rows, std::size_t cols) {
+void check_gate(Gate gate, Compact compact, const gpu::kernel_config& c, std::size_t rows, std::size_t cols) {
   const matrix m = make_matrix(c.weight, rows, cols, 8);
   const std::vector<float> x = random_vector(cols, 9);
   const float threshold = 0.4F;
@@ -172,9 +173,9 @@ void check_gate(Gate gate, Compact compact, const cuda::kernel_config& c, std::s
 
 TEST_CASE("cuda emulated: gate + activation + threshold, then compaction, gives the kept rows in order") {
   check_gate(emulated_15::actsparse_gate_silu_q4_0_t64_r2, emulated_15::actsparse_compact_t64,
-             {cuda::kernel_op::gate_select, dtype::q4_0, activation::silu, 64, 2}, 53, 64);
+             {gpu::kernel_op::gate_select, dtype::q4_0, activation::silu, 64, 2}, 53, 64);
   check_gate(emulated_16::actsparse_gate_gelu_f16_t96, emulated_16::actsparse_compact_t96,
-             {cuda::kernel_op::gate_select, dtype::f16, activation::gelu, 96, 1}, 200, 32);
+             {gpu::kernel_op::gate_select, dtype::f16, activation::gelu, 96, 1}, 200, 32);
 }
 
 TEST_CASE("cuda emulated: compaction with blocks of many warps and many chunks") {
@@ -274,7 +275,7 @@ TEST_CASE("cuda emulated: row_axpy with idx == nullptr is row_axpy over rows 0 .
     const matrix m = make_matrix(k.t, 9, cols, 5);
     const std::vector<float> coef = random_vector(9, 6);
     const std::vector<unsigned int> iota = {0, 1, 2, 3, 4, 5, 6, 7, 8};
-    const cuda::kernel_config axpy{cuda::kernel_op::row_axpy, k.t, activation::silu, 32, 1};
+    const gpu::kernel_config axpy{gpu::kernel_op::row_axpy, k.t, activation::silu, 32, 1};
     std::vector<float> with(cols, -1.0F);
     std::vector<float> without(cols, -2.0F);
     emulate_launch(cuda::grid_blocks(axpy, cols), 32,
@@ -291,7 +292,7 @@ TEST_CASE("cuda emulated: row_axpy_split = per-split fma chains, then their sum 
   for (const auto& k : new_by_dtype) {
     CAPTURE(actsparse::name(k.t));
     const matrix m = make_matrix(k.t, rows, cols, 13);
-    const cuda::kernel_config c{cuda::kernel_op::row_axpy_split, k.t, activation::silu, 32, 1};
+    const gpu::kernel_config c{gpu::kernel_op::row_axpy_split, k.t, activation::silu, 32, 1};
     const std::vector<unsigned int> kept = {0, 3, 4, 8, 9, 10, 15, 21, 22, 30, 36};
     struct run {
       const unsigned int* idx;
@@ -304,7 +305,7 @@ TEST_CASE("cuda emulated: row_axpy_split = per-split fma chains, then their sum 
       CAPTURE(r.count);
       CAPTURE(r.rows_per_split);
       const std::vector<float> coef = random_vector(r.count, 14);
-      const std::size_t splits = cuda::split_count(r.count, r.rows_per_split);
+      const std::size_t splits = gpu::split_count(r.count, r.rows_per_split);
       std::vector<float> partial(splits * cols + 1, -3.0F);
       std::vector<float> y(cols + 1, -1.0F);
       if (splits > 0) {
@@ -347,8 +348,8 @@ TEST_CASE("cuda emulated: gated_gather equals act(gather_gemv(gate)) * gather_ge
     std::vector<unsigned int> iota(rows);
     for (unsigned int i = 0; i < rows; ++i) iota[i] = i;
     const std::vector<unsigned int> idx = {12, 0, 5, 5, 7, 2, 11, 9, 10};
-    const cuda::kernel_config gather{cuda::kernel_op::gather_gemv, k.t, activation::silu, 64, 1};
-    const cuda::kernel_config gated{cuda::kernel_op::gated_gather, k.t, activation::silu, 64, 2};
+    const gpu::kernel_config gather{gpu::kernel_op::gather_gemv, k.t, activation::silu, 64, 1};
+    const gpu::kernel_config gated{gpu::kernel_op::gated_gather, k.t, activation::silu, 64, 2};
     for (const bool all : {false, true}) {
       const std::vector<unsigned int>& list = all ? iota : idx;
       const auto count = static_cast<unsigned int>(list.size());
@@ -393,15 +394,13 @@ TEST_CASE("cuda emulated: gated_gather equals act(gather_gemv(gate)) * gather_ge
   std::vector<float> g(count);
   std::vector<float> u(count);
   std::vector<float> h(count);
-  emulate_launch(cuda::grid_blocks({cuda::kernel_op::gather_gemv, dtype::f16, activation::silu, 64, 1}, count), 64,
-                 [&] {
-                   emulated_4::actsparse_gather_gemv_f16_t64(gate.bytes.data(), gate.stride, x.data(), 64, idx.data(),
-                                                             count, g.data());
-                   emulated_4::actsparse_gather_gemv_f16_t64(up.bytes.data(), up.stride, x.data(), 64, idx.data(),
-                                                             count, u.data());
-                 });
+  emulate_launch(cuda::grid_blocks({gpu::kernel_op::gather_gemv, dtype::f16, activation::silu, 64, 1}, count), 64, [&] {
+    emulated_4::actsparse_gather_gemv_f16_t64(gate.bytes.data(), gate.stride, x.data(), 64, idx.data(), count,
+                                              g.data());
+    emulated_4::actsparse_gather_gemv_f16_t64(up.bytes.data(), up.stride, x.data(), 64, idx.data(), count, u.data());
+  });
   emulate_launch(
-      cuda::grid_blocks({cuda::kernel_op::gated_gather, dtype::f16, activation::gelu, 96, 1}, count), 96, [&] {
+      cuda::grid_blocks({gpu::kernel_op::gated_gather, dtype::f16, activation::gelu, 96, 1}, count), 96, [&] {
         emulated_35::actsparse_gated_gather_gelu_f16_t96(gate.bytes.data(), gate.stride, up.bytes.data(), up.stride,
                                                          x.data(), 64, idx.data(), count, nullptr, h.data());
       });
@@ -419,7 +418,7 @@ TEST_CASE("cuda emulated: gated_hidden and gather_values") {
   for (const auto& [act, kernel] : kernels) {
     CAPTURE(actsparse::name(act));
     std::vector<float> h(n + 1, -7.0F);
-    emulate_launch(cuda::grid_blocks({cuda::kernel_op::gated_hidden, dtype::f32, act, 64, 1}, n), 64,
+    emulate_launch(cuda::grid_blocks({gpu::kernel_op::gated_hidden, dtype::f32, act, 64, 1}, n), 64,
                    [&] { kernel(g.data(), u.data(), n, h.data()); });
     for (unsigned i = 0; i < n; ++i) CHECK(h[i] == actsparse::apply(act, g[i]) * u[i]);
     CHECK(h[n] == -7.0F);
@@ -429,7 +428,7 @@ TEST_CASE("cuda emulated: gated_hidden and gather_values") {
   std::uniform_int_distribution<unsigned int> pick(0, n - 1);
   std::vector<unsigned int> idx(45);
   for (auto& i : idx) i = pick(rng);
-  const cuda::kernel_config c{cuda::kernel_op::gather_values, dtype::f32, activation::silu, 32, 1};
+  const gpu::kernel_config c{gpu::kernel_op::gather_values, dtype::f32, activation::silu, 32, 1};
   for (const unsigned count : {45U, 33U, 0U}) {
     CAPTURE(count);
     std::vector<float> dst(46, -7.0F);
@@ -456,7 +455,7 @@ struct batch_case {
 
 batch_case make_batch_case(dtype t, gemv_fn gemv) {
   batch_case b{make_matrix(t, batch_rows, batch_cols, 60), random_vector(max_tokens * x_stride, 61), {}};
-  const cuda::kernel_config g{cuda::kernel_op::gemv, t, activation::silu, 64, 2};
+  const gpu::kernel_config g{gpu::kernel_op::gemv, t, activation::silu, 64, 2};
   for (unsigned tok = 0; tok < max_tokens; ++tok) {
     std::vector<float> one(batch_rows);
     emulate_launch(cuda::grid_blocks(g, batch_rows), 64, [&] {
@@ -469,7 +468,7 @@ batch_case make_batch_case(dtype t, gemv_fn gemv) {
 
 // y[t, :] of a batched kernel against gemv's, for t < ntok; nothing else written.
 template <class Batched>
-void check_batched(Batched batched, const batch_case& b, const cuda::kernel_config& c, unsigned ntok) {
+void check_batched(Batched batched, const batch_case& b, const gpu::kernel_config& c, unsigned ntok) {
   CAPTURE(actsparse::name(c.weight));
   CAPTURE(c.tokens_per_pass);
   CAPTURE(ntok);
@@ -490,15 +489,15 @@ void check_batched(Batched batched, const batch_case& b, const cuda::kernel_conf
 TEST_CASE("cuda emulated: batched_gemv gives each token gemv's bits") {
   for (std::size_t d = 0; d < std::size(by_dtype); ++d) {
     const batch_case b = make_batch_case(by_dtype[d].t, by_dtype[d].gemv);
-    const cuda::kernel_config c{cuda::kernel_op::batched_gemv, by_dtype[d].t, activation::silu, 64, 2, 4};
+    const gpu::kernel_config c{gpu::kernel_op::batched_gemv, by_dtype[d].t, activation::silu, 64, 2, 4};
     check_batched(new_by_dtype[d].batched, b, c, 7);  // 4 + 3 tokens
     if (by_dtype[d].t == dtype::q8_0) {
-      const cuda::kernel_config q8{cuda::kernel_op::batched_gemv, dtype::q8_0, activation::silu, 32, 1, 8};
+      const gpu::kernel_config q8{gpu::kernel_op::batched_gemv, dtype::q8_0, activation::silu, 32, 1, 8};
       for (const unsigned ntok : {0U, 3U, 9U})
         check_batched(emulated_42::actsparse_batched_gemv_q8_0_t32_b8, b, q8, ntok);
     }
     if (by_dtype[d].t == dtype::bf16) {
-      const cuda::kernel_config bf{cuda::kernel_op::batched_gemv, dtype::bf16, activation::silu, 96, 4, 1};
+      const gpu::kernel_config bf{gpu::kernel_op::batched_gemv, dtype::bf16, activation::silu, 96, 4, 1};
       check_batched(emulated_43::actsparse_batched_gemv_bf16_t96_r4_b1, b, bf, 5);
     }
   }

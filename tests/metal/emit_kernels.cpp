@@ -1,7 +1,8 @@
 // Writes generated Metal kernels for the tests (no Metal compiler here):
 //   emit_kernels emulation OUTPUT   the configs of test_metal_emulation.cpp, each in its own
-//                                   namespace, `#include <metal_stdlib>` dropped (the
-//                                   emulation header stands in for it), to compile as C++
+//                                   namespace: the prelude and the kernels without
+//                                   `#include <metal_stdlib>` (the emulation header stands in
+//                                   for it), to compile as C++
 //   emit_kernels source OP DT DIR   the syntax check's configs of op OP and weight dtype DT
 //                                   (names as kernel_op's and dtype's), one .metal file
 //                                   each; prints the files' paths, one per line
@@ -15,54 +16,49 @@
 #include <vector>
 
 namespace metal = actsparse::metal;
+namespace gpu = actsparse::gpu;
 using actsparse::activation;
 using actsparse::dtype;
 
 namespace {
 
 constexpr dtype all_dtypes[] = {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0};
-constexpr metal::kernel_op all_ops[] = {
-    metal::kernel_op::gemv,        metal::kernel_op::gather_gemv,    metal::kernel_op::row_axpy,
-    metal::kernel_op::gate_select, metal::kernel_op::token_gather,   metal::kernel_op::token_scatter_add,
-    metal::kernel_op::top_k,       metal::kernel_op::row_axpy_split, metal::kernel_op::cumulative_mass};
+constexpr gpu::kernel_op all_ops[] = {
+    gpu::kernel_op::gemv,        gpu::kernel_op::gather_gemv,    gpu::kernel_op::row_axpy,
+    gpu::kernel_op::gate_select, gpu::kernel_op::token_gather,   gpu::kernel_op::token_scatter_add,
+    gpu::kernel_op::top_k,       gpu::kernel_op::row_axpy_split, gpu::kernel_op::cumulative_mass};
 
 // The configs of the emulation test, in the order test_metal_emulation.cpp names them
 // (emulated_<n>): per dtype gemv, gather_gemv, row_axpy, gate_select; then the f32 ops;
 // then row_axpy_split per dtype and cumulative_mass with 1 and 3 simdgroups.
-std::vector<metal::kernel_config> emulation_configs() {
-  std::vector<metal::kernel_config> out;
+std::vector<gpu::kernel_config> emulation_configs() {
+  std::vector<gpu::kernel_config> out;
   const unsigned gemv_rows[] = {1, 2, 4, 8, 2};
   const activation acts[] = {activation::silu, activation::gelu, activation::relu, activation::silu, activation::gelu};
   for (std::size_t i = 0; i < std::size(all_dtypes); ++i) {
     const dtype t = all_dtypes[i];
-    out.push_back({metal::kernel_op::gemv, t, activation::silu, 64, gemv_rows[i]});
-    out.push_back({metal::kernel_op::gather_gemv, t, activation::silu, 96, 1});
-    out.push_back({metal::kernel_op::row_axpy, t, activation::silu, 32, 1});
-    out.push_back({metal::kernel_op::gate_select, t, acts[i], 64, i % 2 == 0 ? 2U : 1U});
+    out.push_back({gpu::kernel_op::gemv, t, activation::silu, 64, gemv_rows[i]});
+    out.push_back({gpu::kernel_op::gather_gemv, t, activation::silu, 96, 1});
+    out.push_back({gpu::kernel_op::row_axpy, t, activation::silu, 32, 1});
+    out.push_back({gpu::kernel_op::gate_select, t, acts[i], 64, i % 2 == 0 ? 2U : 1U});
   }
-  out.push_back({metal::kernel_op::token_gather, dtype::f32, activation::silu, 64, 1});
-  out.push_back({metal::kernel_op::token_scatter_add, dtype::f32, activation::silu, 64, 1});
-  out.push_back({metal::kernel_op::top_k, dtype::f32, activation::silu, 64, 1});
-  for (const dtype t : all_dtypes) out.push_back({metal::kernel_op::row_axpy_split, t, activation::silu, 32, 1});
-  out.push_back({metal::kernel_op::cumulative_mass, dtype::f32, activation::silu, 32, 1});
-  out.push_back({metal::kernel_op::cumulative_mass, dtype::f32, activation::silu, 96, 1});
+  out.push_back({gpu::kernel_op::token_gather, dtype::f32, activation::silu, 64, 1});
+  out.push_back({gpu::kernel_op::token_scatter_add, dtype::f32, activation::silu, 64, 1});
+  out.push_back({gpu::kernel_op::top_k, dtype::f32, activation::silu, 64, 1});
+  for (const dtype t : all_dtypes) out.push_back({gpu::kernel_op::row_axpy_split, t, activation::silu, 32, 1});
+  out.push_back({gpu::kernel_op::cumulative_mass, dtype::f32, activation::silu, 32, 1});
+  out.push_back({gpu::kernel_op::cumulative_mass, dtype::f32, activation::silu, 96, 1});
   return out;
 }
 
 // The syntax check's configs of one op and dtype: the smallest and largest threadgroups,
 // rows_per_simdgroup 1, 4 and 8 and (gate_select) every activation.
-std::vector<metal::kernel_config> source_configs(metal::kernel_op op, dtype t) {
-  if (op == metal::kernel_op::gate_select)
+std::vector<gpu::kernel_config> source_configs(gpu::kernel_op op, dtype t) {
+  if (op == gpu::kernel_op::gate_select)
     return {{op, t, activation::silu, 256, 1}, {op, t, activation::gelu, 32, 8}, {op, t, activation::relu, 1024, 4}};
-  if (op == metal::kernel_op::gemv || op == metal::kernel_op::gather_gemv)
+  if (op == gpu::kernel_op::gemv || op == gpu::kernel_op::gather_gemv)
     return {{op, t, activation::silu, 32, 1}, {op, t, activation::silu, 256, 4}, {op, t, activation::silu, 1024, 8}};
   return {{op, t, activation::silu, 32, 1}, {op, t, activation::silu, 1024, 1}};
-}
-
-std::string drop_line(std::string s, std::string_view line) {
-  const std::size_t at = s.find(line);
-  if (at != std::string::npos) s.erase(at, line.size() + 1);
-  return s;
 }
 
 }  // namespace
@@ -74,7 +70,7 @@ int main(int argc, char** argv) {
     int n = 0;
     for (const auto& c : emulation_configs()) {
       out << "namespace emulated_" << n << " {\n"
-          << drop_line(metal::generate_metal(c), "#include <metal_stdlib>") << "}  // namespace emulated_" << n << "\n";
+          << metal::prelude << metal::kernel_source(c) << "}  // namespace emulated_" << n << "\n";
       ++n;
     }
     return out ? 0 : 1;
@@ -82,7 +78,7 @@ int main(int argc, char** argv) {
   if (args.size() == 4 && args[0] == "source") {
     for (const auto op : all_ops) {
       for (const dtype t : all_dtypes) {
-        if (actsparse::cuda::name(op) != args[1] || actsparse::name(t) != args[2]) continue;
+        if (gpu::name(op) != args[1] || actsparse::name(t) != args[2]) continue;
         for (const auto& c : source_configs(op, t)) {
           const std::filesystem::path file = std::filesystem::path(args[3]) / (metal::kernel_names(c)[0] + ".metal");
           std::ofstream(file) << metal::generate_metal(c);  // generate_metal rejects what Metal does not take

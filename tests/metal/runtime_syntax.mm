@@ -9,7 +9,7 @@ void encode_gemv(id<MTLDevice> device, id<MTLComputeCommandEncoder> encoder, id<
                  id<MTLBuffer> y) {
   namespace metal = actsparse::metal;
   using metal::argument;
-  const metal::kernel_config c{metal::kernel_op::gemv, actsparse::dtype::q4_0};
+  const actsparse::gpu::kernel_config c{actsparse::gpu::kernel_op::gemv, actsparse::dtype::q4_0};
   metal::runtime rt(device);
   rt.prepare(c);
   const std::uint32_t rows = 10;

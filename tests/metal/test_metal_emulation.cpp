@@ -40,6 +40,7 @@
 // clang-format on
 
 namespace msl = actsparse::metal;  // "metal" is MSL's own namespace here (metal_emulation.hpp)
+namespace gpu = actsparse::gpu;
 using actsparse::activation;
 using actsparse::dtype;
 using metal_emulation::dispatch;
@@ -61,17 +62,17 @@ using compact_fn = void (*)(const float*, const uint&, const uint&, const float&
 
 struct dtype_kernels {
   dtype t;
-  msl::kernel_config gemv_config;
+  gpu::kernel_config gemv_config;
   gemv_fn gemv;
   gather_fn gather;
   axpy_fn axpy;
-  msl::kernel_config gate_config;
+  gpu::kernel_config gate_config;
   gate_fn gate;
   compact_fn compact;
 };
 
-constexpr msl::kernel_op gemv_op = msl::kernel_op::gemv;
-constexpr msl::kernel_op gate_op = msl::kernel_op::gate_select;
+constexpr gpu::kernel_op gemv_op = gpu::kernel_op::gemv;
+constexpr gpu::kernel_op gate_op = gpu::kernel_op::gate_select;
 
 // The configs of emit_kernels.cpp (emulation_configs), in its order.
 const dtype_kernels by_dtype[] = {
@@ -216,7 +217,7 @@ TEST_CASE("metal emulated: gemv and gather_gemv match the reference for every dt
         std::vector<uint> idx(count);
         for (auto& i : idx) i = row_of(rng);
         std::vector<float> yg(count + 1, -1.0F);
-        const msl::kernel_config gather{msl::kernel_op::gather_gemv, k.t, activation::silu, 96, 1};
+        const gpu::kernel_config gather{gpu::kernel_op::gather_gemv, k.t, activation::silu, 96, 1};
         dispatch(msl::threadgroups(gather, count), 96, [&](const emulated_thread& t) {
           k.gather(m.bytes.data(), m.stride, x.data(), static_cast<uint>(cols), idx.data(), static_cast<uint>(count),
                    yg.data(), t.threadgroup_position_in_grid, t.thread_index_in_simdgroup,
@@ -251,7 +252,7 @@ TEST_CASE("metal emulated: row_axpy is reference::transposed_linear bit for bit,
         std::vector<float> scratch(cols);
         actsparse::reference::transposed_linear(wt.view, actsparse::subset::only(kept), x_full, expected, scratch);
 
-        const msl::kernel_config axpy{msl::kernel_op::row_axpy, k.t, activation::silu, 32, 1};
+        const gpu::kernel_config axpy{gpu::kernel_op::row_axpy, k.t, activation::silu, 32, 1};
         std::vector<float> y(cols + 1, -1.0F);
         dispatch(msl::threadgroups(axpy, cols), 32, [&](const emulated_thread& t) {
           k.axpy(wt.bytes.data(), wt.stride, kept.data(), coef.data(), static_cast<uint>(kept.size()),
@@ -267,7 +268,7 @@ TEST_CASE("metal emulated: row_axpy is reference::transposed_linear bit for bit,
 namespace {
 
 void check_gate(const dtype_kernels& k, std::size_t rows, std::size_t cols, std::mt19937& rng) {
-  const msl::kernel_config& c = k.gate_config;
+  const gpu::kernel_config& c = k.gate_config;
   const std::size_t bv = actsparse::block_values(c.weight);
   const matrix m = make_matrix(c.weight, rows, cols, rng);
   const std::vector<float> x = random_vector(cols, rng);
@@ -421,7 +422,7 @@ TEST_CASE("metal emulated: row_axpy_split = per-split fma chains, then their sum
     REQUIRE(by_dtype[d].t == k.t);
     CAPTURE(actsparse::name(k.t));
     std::mt19937 rng(300 + static_cast<unsigned>(k.t));
-    const msl::kernel_config c{msl::kernel_op::row_axpy_split, k.t, activation::silu, 32, 1};
+    const gpu::kernel_config c{gpu::kernel_op::row_axpy_split, k.t, activation::silu, 32, 1};
     for (const auto [rows, cols] : random_shapes(k.t, rng)) {
       CAPTURE(rows);
       CAPTURE(cols);
@@ -443,7 +444,7 @@ TEST_CASE("metal emulated: row_axpy_split = per-split fma chains, then their sum
         CAPTURE(r.count);
         CAPTURE(r.rows_per_split);
         const std::vector<float> coef = random_vector(r.count, rng);
-        const auto splits = static_cast<uint>(actsparse::cuda::split_count(r.count, r.rows_per_split));
+        const auto splits = static_cast<uint>(gpu::split_count(r.count, r.rows_per_split));
         std::vector<float> partial(std::size_t{splits} * cols + 1, -3.0F);
         std::vector<float> y(cols + 1, -1.0F);
         dispatch(msl::threadgroups(c, cols, 0) * splits, 32, [&](const emulated_thread& t) {

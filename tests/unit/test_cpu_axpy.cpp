@@ -43,7 +43,7 @@ TEST_CASE("cpu transposed linear equals the reference linear (bit for bit where 
           std::vector<float> y(out, -1.0F);
           cpu::executor ex;
           REQUIRE(cpu.run(transposed_linear_args{wt.view, x, y, subset::only(kept)}, {}, ex));
-          if (cpu::dispatch_fused_multiply_add()) {
+          if (cpu::detail::fused_multiply_add()) {
             CHECK(same_bits(y, want));
           } else {  // products rounded before the add: within the f32 bound of the reference
             for (std::size_t i = 0; i < out; ++i) {
@@ -123,7 +123,7 @@ TEST_CASE("cpu transposed linear over 2048+ rows: chunks of rows, the same bits 
             return y;
           };
           const auto y = run({}, cpu);
-          if (cpu::dispatch_fused_multiply_add()) CHECK(same_bits(y, want));
+          if (cpu::detail::fused_multiply_add()) CHECK(same_bits(y, want));
           for (std::size_t i = 0; i < out; ++i) {  // and within the f32 bound of the reference
             double mag = 0.0;
             for (const auto j : kept) mag += std::fabs(static_cast<double>(value(j, i)) * x[j]);

@@ -41,6 +41,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -72,16 +73,18 @@ constexpr dtype block_dtypes[] = {dtype::q8_0, dtype::q4_0};
 // The slack of x's quantization error bound: |x_i − d_x·q_x,i| <= d_x·(1/2 + quant_slack).
 constexpr double quant_slack = 0x1p-16;
 
-cpu_backend backend_with(bool int8) {
+cpu_backend backend_with(bool int8, const cpu::weight_layouts* layouts = nullptr) {
   cpu_backend cpu;
   cpu.int8_activations = int8;
+  cpu.layouts = layouts;
   return cpu;
 }
 
-// The CPU GEMV, int8 = cpu_backend::int8_activations, with the workspace it asks for.
+// The CPU GEMV, int8 = cpu_backend::int8_activations, with the workspace it asks for; with
+// layouts, the backend reads the interleaved copies they hold.
 std::vector<float> cpu_gemv(const weight_view& w, std::span<const float> x, subset rows, cpu::executor& ex,
-                            bool int8 = true) {
-  const cpu_backend cpu = backend_with(int8);
+                            bool int8 = true, const cpu::weight_layouts* layouts = nullptr) {
+  const cpu_backend cpu = backend_with(int8, layouts);
   std::vector<float> y(rows.count(w.rows), -1.0F);
   const gemv_args a{w, x, y, rows};
   std::vector<std::byte> workspace(cpu.workspace_size(a));
@@ -89,9 +92,10 @@ std::vector<float> cpu_gemv(const weight_view& w, std::span<const float> x, subs
   return y;
 }
 
-std::vector<float> cpu_gemv(const weight_view& w, std::span<const float> x, subset rows, bool int8 = true) {
+std::vector<float> cpu_gemv(const weight_view& w, std::span<const float> x, subset rows, bool int8 = true,
+                            const cpu::weight_layouts* layouts = nullptr) {
   cpu::executor ex;
-  return cpu_gemv(w, x, rows, ex, int8);
+  return cpu_gemv(w, x, rows, ex, int8, layouts);
 }
 
 std::vector<float> cpu_axpy(const weight_view& wt, std::span<const float> x, subset inputs, cpu::executor& ex) {
@@ -157,7 +161,7 @@ struct quantized_x {
 };
 quantized_x quantize(std::span<const float> x) {
   quantized_x r{std::vector<std::int8_t>(x.size()), std::vector<float>(x.size() / 32)};
-  cpu::dispatch_quantize_q8_0_x(x.data(), x.size(), r.q.data(), r.d.data());
+  cpu::detail::quantize_q8_0_x(x.data(), x.size(), r.q.data(), r.d.data());
   return r;
 }
 
@@ -288,7 +292,7 @@ TEST_CASE(
   });
   std::vector<std::int8_t> q(48);
   std::vector<float> d(2);
-  CHECK_THROWS_WITH_AS(cpu::dispatch_quantize_q8_0_x(x.data(), 48, q.data(), d.data()),
+  CHECK_THROWS_WITH_AS(cpu::detail::quantize_q8_0_x(x.data(), 48, q.data(), d.data()),
                        doctest::Contains("'n' is 48; expected a multiple of 32"), error);
 }
 
@@ -402,7 +406,7 @@ TEST_CASE("cpu q8_0 / q4_0 transposed linear equals the reference (bit for bit w
           for_each_target([&] {
             INFO(name(t), " in ", in, " out ", out, " density ", density);
             const auto y = cpu_axpy(wt.view, x, subset::only(kept));
-            if (cpu::dispatch_fused_multiply_add()) {
+            if (cpu::detail::fused_multiply_add()) {
               CHECK(same_bits(y, want));
             } else {  // products rounded before the add: within the f32 bound of the reference
               for (std::size_t c = 0; c < out; ++c) {
@@ -428,17 +432,20 @@ TEST_CASE("cpu q8_0 / q4_0: the same bits for 1, 2 and 3 threads and for an engi
     const auto x_in = random_vector(96, rng);
     const auto kept_rows = random_subset(1000, 0.4, rng);
     const auto kept_inputs = random_subset(96, 0.4, rng);
-    const cpu::interleaved_weights iw = cpu::interleave_rows(w.view);
-    for (const weight_view& view : {w.view, iw.view}) {
+    cpu::weight_layouts copies;
+    (void)copies.add_interleaved(w.view);
+    const weight_view& view = w.view;
+    const std::array<const cpu::weight_layouts*, 2> with_and_without{nullptr, &copies};
+    for (const cpu::weight_layouts* layouts : with_and_without) {
       for (const bool int8 : {true, false}) {
-        const cpu_backend cpu = backend_with(int8);
+        const cpu_backend cpu = backend_with(int8, layouts);
         for (const subset rows : {subset::everything(), subset::only(kept_rows)}) {
-          const auto one = cpu_gemv(view, x, rows, int8);
+          const auto one = cpu_gemv(view, x, rows, int8, layouts);
           for (const std::size_t threads : {1U, 2U, 3U}) {
-            INFO(name(t), " gemv, int8 ", int8, ", threads ", threads, ", interleaved ", view.interleaved != nullptr);
+            INFO(name(t), " gemv, int8 ", int8, ", threads ", threads, ", interleaved ", layouts != nullptr);
             cpu::thread_pool pool(threads);
             cpu::executor ex(pool);
-            CHECK(same_bits(cpu_gemv(view, x, rows, ex, int8), one));
+            CHECK(same_bits(cpu_gemv(view, x, rows, ex, int8, layouts), one));
             std::vector<float> y(one.size(), -1.0F);
             std::vector<std::thread> engine;
             for (std::size_t i = 0; i < threads; ++i) {
@@ -478,7 +485,7 @@ TEST_CASE("cpu q8_0 / q4_0: rows of a length not a multiple of 32, and column ra
     const std::vector<float> x(48, 1.0F);
     std::vector<float> y(4);
     CHECK_THROWS_WITH_AS((void)cpu_backend{}.run(gemv_args{w48, x, y, subset::everything()}, {}, ex),
-                         doctest::Contains("a multiple of 32 values per row for q8_0 / q4_0 weights"), error);
+                         doctest::Contains("is 48 values per row of q"), error);
     const weight_view wt48(bytes.data(), t, 4, 48, 64);  // Wt [4 inputs × 48 outputs]
     const std::vector<float> x4(4, 1.0F);
     std::vector<float> y48(48);
@@ -487,9 +494,9 @@ TEST_CASE("cpu q8_0 / q4_0: rows of a length not a multiple of 32, and column ra
     // The kernel entry point itself takes whole blocks only.
     const test_weights wt = make_weights(t, 4, 64, rng);
     std::vector<float> y64(64);
-    CHECK_THROWS_WITH_AS(cpu::dispatch_axpy_rows(wt.view, nullptr, 4, x4.data(), 16, 64, y64.data()),
+    CHECK_THROWS_WITH_AS(cpu::detail::axpy_rows(wt.view, nullptr, 4, x4.data(), 16, 64, y64.data()),
                          doctest::Contains("whole 32-value blocks"), error);
-    CHECK_NOTHROW(cpu::dispatch_axpy_rows(wt.view, nullptr, 4, x4.data(), 32, 64, y64.data()));
+    CHECK_NOTHROW(cpu::detail::axpy_rows(wt.view, nullptr, 4, x4.data(), 32, 64, y64.data()));
     // The integer path needs its workspace: x quantized, 4 bytes of d per 32 values, 1 per
     // value, then 4 per 32 values for the interleaved GEMV's corrections.
     const test_weights w64 = make_weights(t, 4, 64, rng);
@@ -510,7 +517,7 @@ TEST_CASE("cpu q8_0 / q4_0: rows of a length not a multiple of 32, and column ra
   std::vector<std::int8_t> xq(32);
   std::vector<float> xd(1);
   std::vector<float> y(4);
-  CHECK_THROWS_WITH_AS(cpu::dispatch_gemv_rows_q8x(wf, nullptr, 0, 4, xq.data(), xd.data(), y.data()),
+  CHECK_THROWS_WITH_AS(cpu::detail::gemv_rows_q8x(wf, nullptr, 0, 4, xq.data(), xd.data(), y.data()),
                        doctest::Contains("'w.type' is \"f32\"; expected q8_0 or q4_0"), error);
 }
 
@@ -575,7 +582,7 @@ TEST_CASE("cpu::transpose of q8_0 / q4_0 requantizes within the quantization ste
       if (cpu::axpy_chunk_count(cols) == 1) CHECK(same_bits(chunked, want_t));
       for_each_target([&] {
         const auto y = cpu_axpy(wt.view, x, subset::everything());
-        if (cpu::dispatch_fused_multiply_add()) CHECK(same_bits(y, chunked));
+        if (cpu::detail::fused_multiply_add()) CHECK(same_bits(y, chunked));
       });
     }
     // Rows not a multiple of 32: the rows of Wᵀ could not be blocked.
@@ -595,17 +602,18 @@ TEST_CASE("cpu::interleave_rows: lossless (each row reads back as its blocks), o
         INFO(name(t), " rows ", rows, " cols ", cols);
         CHECK(iw.bytes.size() == cpu::interleaved_bytes(t, rows, cols));
         CHECK(iw.bytes.size() == (rows + 15) / 16 * 16 * row_bytes(t, cols));
-        CHECK(iw.view.interleaved == iw.bytes.data());
-        CHECK(iw.view.data == w.view.data);
-        CHECK(iw.view.row_stride == w.view.row_stride);
+        CHECK(iw.view.data == iw.bytes.data());
+        CHECK(iw.source.data == w.view.data);
+        CHECK(iw.view.rows == rows);
+        CHECK(iw.view.cols == cols);
         std::vector<std::byte> row(row_bytes(t, cols));
         for (std::size_t i = 0; i < rows; ++i) {
-          cpu::deinterleave_row(t, iw.view.interleaved, cols, i, row.data());
+          cpu::deinterleave_row(t, iw.view.data, cols, i, row.data());
           REQUIRE(std::memcmp(row.data(), static_cast<const std::byte*>(w.view.data) + i * w.view.row_stride,
                               row.size()) == 0);
         }
         for (std::size_t i = rows; i % 16 != 0; ++i) {  // rows past the last: scale 0
-          cpu::deinterleave_row(t, iw.view.interleaved, cols, i, row.data());
+          cpu::deinterleave_row(t, iw.view.data, cols, i, row.data());
           for (std::size_t b = 0; b < cols / 32; ++b) {
             CHECK(row[b * block_bytes(t)] == std::byte{0});
             CHECK(row[b * block_bytes(t) + 1] == std::byte{0});
@@ -637,26 +645,30 @@ TEST_CASE("cpu q8_0 / q4_0 interleaved gemv: within the integer bounds on every 
     for (const std::size_t cols : {32U, 64U, 1120U, 4128U}) {
       for (const std::size_t rows : {1U, 7U, 16U, 33U, 130U}) {
         const test_weights w = make_weights(t, rows, cols, rng, 3);
-        const cpu::interleaved_weights iw = cpu::interleave_rows(w.view);
+        cpu::weight_layouts copies;
+        const cpu::interleaved_view iw = copies.add_interleaved(w.view);
         const auto x = varied_vector(cols, rng);
         const auto kept = random_subset(rows, 0.4, rng);
         std::vector<float> want(rows);
-        REQUIRE(
-            ref.run_with_scratch(gemv_args{iw.view, x, want, subset::everything()}));  // the reference ignores the copy
+        REQUIRE(ref.run_with_scratch(gemv_args{w.view, x, want, subset::everything()}));
         for_each_target([&] {
           INFO(name(t), " rows ", rows, " cols ", cols);
-          const auto dense = cpu_gemv(iw.view, x, subset::everything());
-          check_int8_rows(iw.view, w.values, x, dense, want);
-          CHECK(same_bits(cpu_gemv(iw.view, x, subset::only(all_indices(rows))), dense));  // every row listed: dense
+          CHECK(backend_with(true, &copies).plan(gemv_args{w.view, x, want, subset::everything()}).interleaved ==
+                copies.interleaved(w.view));
+          const auto dense = cpu_gemv(w.view, x, subset::everything(), true, &copies);
+          check_int8_rows(w.view, w.values, x, dense, want);
+          const std::vector<std::uint32_t> every_index = all_indices(rows);
+          CHECK(same_bits(cpu_gemv(w.view, x, subset::only(every_index), true, &copies), dense));  // every row: dense
           if (kept.size() < rows) {  // a proper subset is gathered from the row-major blocks
-            CHECK(same_bits(cpu_gemv(iw.view, x, subset::only(kept)), cpu_gemv(w.view, x, subset::only(kept))));
+            CHECK(same_bits(cpu_gemv(w.view, x, subset::only(kept), true, &copies),
+                            cpu_gemv(w.view, x, subset::only(kept))));
           }
-          CHECK(same_bits(cpu_gemv(iw.view, x, subset::everything(), false),  // f32 path: the row-major blocks
+          CHECK(same_bits(cpu_gemv(w.view, x, subset::everything(), false, &copies),  // f32 path: the row-major blocks
                           cpu_gemv(w.view, x, subset::everything(), false)));
           for (const std::size_t threads : {2U, 3U}) {
             cpu::thread_pool pool(threads);
             cpu::executor ex(pool);
-            CHECK(same_bits(cpu_gemv(iw.view, x, subset::everything(), ex), dense));
+            CHECK(same_bits(cpu_gemv(w.view, x, subset::everything(), ex, true, &copies), dense));
           }
           // A row range computes the same bits as the whole (begin on a group of 16).
           if (rows > 16) {
@@ -664,7 +676,7 @@ TEST_CASE("cpu q8_0 / q4_0 interleaved gemv: within the integer bounds on every 
             std::vector<std::int32_t> xs(cols / 32);
             cpu::block_sums(q.q.data(), cols, xs.data());
             std::vector<float> part(rows, -1.0F);
-            cpu::dispatch_gemv_rows_interleaved(iw.view, 16, rows, q.q.data(), q.d.data(), xs.data(), part.data());
+            cpu::detail::gemv_rows_interleaved(iw, 16, rows, q.q.data(), q.d.data(), xs.data(), part.data());
             CHECK(same_bits(std::span<const float>(part).subspan(16), std::span<const float>(dense).subspan(16)));
             CHECK(part[0] == -1.0F);
           }
@@ -679,7 +691,8 @@ TEST_CASE("cpu q8_0 / q4_0 interleaved gemv: every weight integer, zero and larg
   const reference_backend ref;
   for (const dtype t : block_dtypes) {
     const test_weights w = random_block_weights(t, 37, 1120, rng);  // every integer (q8_0's -128 too)
-    const cpu::interleaved_weights iw = cpu::interleave_rows(w.view);
+    cpu::weight_layouts copies;
+    const cpu::interleaved_view iw = copies.add_interleaved(w.view);
     for (const float scale : {1.0F, 1e-20F, 1e20F}) {
       auto x = varied_vector(1120, rng);
       for (float& v : x) v *= scale;
@@ -688,20 +701,28 @@ TEST_CASE("cpu q8_0 / q4_0 interleaved gemv: every weight integer, zero and larg
       REQUIRE(ref.run_with_scratch(gemv_args{w.view, x, want, subset::everything()}));
       for_each_target([&] {
         INFO(name(t), " x scale ", scale);
-        check_int8_rows(iw.view, w.values, x, cpu_gemv(iw.view, x, subset::everything()), want);
+        check_int8_rows(w.view, w.values, x, cpu_gemv(w.view, x, subset::everything(), true, &copies), want);
       });
     }
     const quantized_x q = quantize(std::vector<float>(1120, 1.0F));
     std::vector<std::int32_t> xs(1120 / 32);
     std::vector<float> y(37);
-    CHECK_THROWS_WITH_AS(
-        cpu::dispatch_gemv_rows_interleaved(iw.view, 8, 37, q.q.data(), q.d.data(), xs.data(), y.data()),
-        doctest::Contains("'begin' is 8; expected a multiple of 16"), error);
-    CHECK_THROWS_WITH_AS(
-        cpu::dispatch_gemv_rows_interleaved(iw.view, 16, 38, q.q.data(), q.d.data(), xs.data(), y.data()),
-        doctest::Contains("'end' is 38; expected in [begin, w.rows] = [16, 37]"), error);
-    CHECK_THROWS_WITH_AS(
-        cpu::dispatch_gemv_rows_interleaved(w.view, 0, 37, q.q.data(), q.d.data(), xs.data(), y.data()),
-        doctest::Contains("q8_0 or q4_0 with weight_view::interleaved set"), error);
+    CHECK_THROWS_WITH_AS(cpu::detail::gemv_rows_interleaved(iw, 8, 37, q.q.data(), q.d.data(), xs.data(), y.data()),
+                         doctest::Contains("'begin' is 8; expected a multiple of 16"), error);
+    CHECK_THROWS_WITH_AS(cpu::detail::gemv_rows_interleaved(iw, 16, 38, q.q.data(), q.d.data(), xs.data(), y.data()),
+                         doctest::Contains("'end' is 38; expected in [begin, w.rows] = [16, 37]"), error);
+    CHECK_THROWS_WITH_AS(cpu::detail::gemv_rows_interleaved(cpu::interleaved_view{t, nullptr, 37, 1120}, 0, 37,
+                                                            q.q.data(), q.d.data(), xs.data(), y.data()),
+                         doctest::Contains("the interleaved copy of a q8_0 or q4_0 matrix"), error);
+    // A second copy of the same matrix is refused.
+    CHECK_THROWS_WITH_AS((void)copies.add_interleaved(w.view), doctest::Contains("one interleaved copy per matrix"),
+                         error);
+    // A view that differs from the copy's source (here: fewer rows) does not find it.
+    weight_view fewer = w.view;
+    fewer.rows = 36;
+    CHECK(copies.interleaved(fewer) == nullptr);
+    CHECK(copies.interleaved(w.view) != nullptr);
+    CHECK(copies.size() == 1);
+    CHECK(copies.bytes() == cpu::interleaved_bytes(t, 37, 1120));
   }
 }

@@ -30,7 +30,7 @@ template <class Scorer, class Selector>
 class sparse_policy : public llama2c::policy {
  public:
   sparse_policy(Scorer sc, Selector se) : op_{sc, se, actsparse::score_source::gate_activation, {}} {}
-  void ffn(std::size_t, const actsparse::ffn_weights& w, std::span<const float> x, std::span<float> y) override {
+  void ffn(std::size_t, const actsparse::ffn_layer& w, std::span<const float> x, std::span<float> y) override {
     check(op_(w, x, y, kept_, scratch_, ex_), "neuron-sparse FFN");
   }
 

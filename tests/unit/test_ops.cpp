@@ -26,7 +26,7 @@ namespace {
 
 struct ffn_fixture {
   test_weights gate, up, down;
-  ffn_weights w;
+  ffn_layer w;
   ffn_fixture(dtype t, activation act, std::size_t d_model, std::size_t d_ff, std::mt19937& rng)
       : gate(make_weights(t, d_ff, d_model, rng)),
         up(make_weights(t, d_ff, d_model, rng)),
@@ -92,8 +92,7 @@ TEST_CASE("ops: neuron_sparse_ffn computes the FFN over exactly the selected neu
   }
   CHECK(smallest_kept >= largest_dropped);
   // The output is the reference FFN over that set.
-  REQUIRE(ref.run_with_scratch(
-      gated_ffn_args{activation::silu, f.w.gate, f.w.up, f.w.down, x, expected, subset::only(kept.indices), {}}));
+  REQUIRE(ref.run_with_scratch(gated_ffn_args{f.w, x, expected, subset::only(kept.indices)}));
   CHECK(same_bits(y, expected));
   // And it is close to, but not equal to, the dense output.
   std::vector<float> dense(64);
@@ -127,10 +126,10 @@ TEST_CASE("ops: input_sparse_linear keep-all is the dense linear, sparse skips t
     std::vector<float> dense(40), y(40), expected(40);
     REQUIRE(ref.run_with_scratch(linear_args{w.view, x, dense, subset::everything()}));
     const input_sparse_linear all{magnitude{}, threshold{-1.0F}, ref};
-    REQUIRE(all(w.view, x, y, kept, s, ex));
+    REQUIRE(all(linear_layer{w.view}, x, y, kept, s, ex));
     CHECK(same_bits(y, dense));
     const input_sparse_linear half{weight_aware::from_weights(w.view), top_k::by_ratio(0.5), ref};
-    REQUIRE(half(w.view, x, y, kept, s, ex));
+    REQUIRE(half(linear_layer{w.view}, x, y, kept, s, ex));
     CHECK(kept.size() == 32);
     REQUIRE(ref.run_with_scratch(linear_args{w.view, x, expected, subset::only(kept.indices)}));
     CHECK(same_bits(y, expected));
@@ -155,9 +154,8 @@ TEST_CASE("ops: token_sparse_ffn follows the depth schedule, dense layers and ma
   selection kept;
 
   std::vector<float> dense = residual0;
-  REQUIRE(
-      ref.run_with_scratch(token_ffn_args{activation::silu, f.w.gate, f.w.up, f.w.down, in_view,
-                                          matrix_view<float>::packed(dense.data(), tokens, 32), subset::everything()}));
+  REQUIRE(ref.run_with_scratch(
+      token_ffn_args{f.w, in_view, matrix_view<float>::packed(dense.data(), tokens, 32), subset::everything()}));
 
   const depth_schedule schedule{2, depth_schedule::no_deep_tier, 0.5, 0.5, 4, 1};
   const token_sparse_ffn<reference_backend> op{schedule};

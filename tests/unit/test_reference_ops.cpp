@@ -57,7 +57,8 @@ ffn_weights make_ffn(dtype t, std::size_t d_model, std::size_t d_ff, std::mt1993
 std::vector<float> run_ffn(activation act, const ffn_weights& f, std::span<const float> x, subset neurons,
                            std::span<const float> gate_act = {}) {
   std::vector<float> y(x.size(), std::numeric_limits<float>::quiet_NaN());
-  REQUIRE(ref.run_with_scratch(gated_ffn_args{act, f.gate.view, f.up.view, f.down.view, x, y, neurons, gate_act}));
+  REQUIRE(ref.run_with_scratch(
+      gated_ffn_args{ffn_layer{act, f.gate.view, f.up.view, f.down.view}, x, y, neurons, gate_act}));
   return y;
 }
 
@@ -89,8 +90,8 @@ token_batch make_batch(std::size_t tokens, std::size_t d_model, std::mt19937& rn
 }
 
 std::vector<float> run_token_ffn(activation act, const ffn_weights& f, token_batch batch, subset tokens) {
-  REQUIRE(ref.run_with_scratch(
-      token_ffn_args{act, f.gate.view, f.up.view, f.down.view, batch.input_view(), batch.residual_view(), tokens}));
+  REQUIRE(ref.run_with_scratch(token_ffn_args{ffn_layer{act, f.gate.view, f.up.view, f.down.view}, batch.input_view(),
+                                              batch.residual_view(), tokens}));
   return batch.residual;
 }
 
@@ -116,10 +117,10 @@ TEST_CASE("reference: hand-computed f32 values") {
   const weight_view dv = matrix_view<const float>::packed(down.data(), 2, 2);
   const std::array<float, 2> xf{2.0F, 3.0F};
   std::array<float, 2> y{};
-  REQUIRE(ref.run_with_scratch(gated_ffn_args{activation::relu, gv, uv, dv, xf, y, subset::everything(), {}}));
+  REQUIRE(ref.run_with_scratch(gated_ffn_args{ffn_layer{activation::relu, gv, uv, dv}, xf, y, subset::everything()}));
   CHECK(y == std::array<float, 2>{10.0F, 30.0F});
   const std::array<std::uint32_t, 1> neuron1{1};
-  REQUIRE(ref.run_with_scratch(gated_ffn_args{activation::relu, gv, uv, dv, xf, y, subset::only(neuron1), {}}));
+  REQUIRE(ref.run_with_scratch(gated_ffn_args{ffn_layer{activation::relu, gv, uv, dv}, xf, y, subset::only(neuron1)}));
   CHECK(y == std::array<float, 2>{0.0F, 0.0F});
 
   // Token FFN: token 0 is x above, token 1 is skipped; residual starts at 1.
@@ -127,7 +128,7 @@ TEST_CASE("reference: hand-computed f32 values") {
   std::array<float, 4> residual{1.0F, 1.0F, 1.0F, 1.0F};
   const std::array<std::uint32_t, 1> token0{0};
   REQUIRE(ref.run_with_scratch(
-      token_ffn_args{activation::relu, gv, uv, dv, matrix_view<const float>::packed(input.data(), 2, 2),
+      token_ffn_args{ffn_layer{activation::relu, gv, uv, dv}, matrix_view<const float>::packed(input.data(), 2, 2),
                      matrix_view<float>::packed(residual.data(), 2, 2), subset::only(token0)}));
   CHECK(residual == std::array<float, 4>{11.0F, 31.0F, 1.0F, 1.0F});
 }
@@ -266,19 +267,19 @@ TEST_CASE("reference FFNs give the same bits with W_down or its transpose down_t
         const std::vector<float> want = run_ffn(act, f, x, neurons);
         std::vector<float> y(37, -1.0F);
         REQUIRE(ref.run_with_scratch(
-            gated_ffn_args{act, f.gate.view, f.up.view, weight_view{}, x, y, neurons, {}, down_t.view}));
+            gated_ffn_args{ffn_layer{act, f.gate.view, f.up.view, weight_view{}, down_t.view}, x, y, neurons}));
         CHECK(same_bits(y, want));
         std::fill(y.begin(), y.end(), -1.0F);  // both given: either may be read, same bits
         REQUIRE(ref.run_with_scratch(
-            gated_ffn_args{act, f.gate.view, f.up.view, f.down.view, x, y, neurons, {}, down_t.view}));
+            gated_ffn_args{ffn_layer{act, f.gate.view, f.up.view, f.down.view, down_t.view}, x, y, neurons}));
         CHECK(same_bits(y, want));
         const token_batch batch = make_batch(4, 37, rng);
         const std::vector<float> tokens_want =
             run_token_ffn(act, f, batch, neurons.all ? subset::everything() : subset::only({}));
         token_batch other = batch;
-        REQUIRE(ref.run_with_scratch(
-            token_ffn_args{act, f.gate.view, f.up.view, weight_view{}, other.input_view(), other.residual_view(),
-                           neurons.all ? subset::everything() : subset::only({}), down_t.view}));
+        REQUIRE(ref.run_with_scratch(token_ffn_args{ffn_layer{act, f.gate.view, f.up.view, weight_view{}, down_t.view},
+                                                    other.input_view(), other.residual_view(),
+                                                    neurons.all ? subset::everything() : subset::only({})}));
         CHECK(same_bits(other.residual, tokens_want));
       }
     }
@@ -401,7 +402,7 @@ TEST_CASE("reference reads strided views (padding poisoned with NaN) as packed o
       }
       const std::vector<std::uint32_t> kept{0, 2, 3};
       REQUIRE(ref.run_with_scratch(token_ffn_args{
-          act, strided.gate.view, strided.up.view, strided.down.view,
+          ffn_layer{act, strided.gate.view, strided.up.view, strided.down.view},
           from_torch<const float>(input.data(), tokens, static_cast<std::int64_t>(d_model),
                                   static_cast<std::int64_t>(stride)),
           from_torch(residual.data(), tokens, static_cast<std::int64_t>(d_model), static_cast<std::int64_t>(stride)),

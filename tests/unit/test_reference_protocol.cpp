@@ -23,7 +23,7 @@ static_assert(backend_for<reference_backend, gated_ffn_args>);
 static_assert(backend_for<reference_backend, token_ffn_args>);
 static_assert(!backend_for<reference_backend, int>);
 static_assert(reference_backend::name == "reference");
-static_assert(reference_backend::memory == memory_space::host);
+static_assert(std::same_as<reference_backend::memory_space, host_memory>);
 
 namespace {
 
@@ -58,24 +58,15 @@ struct small_ffn {
   std::vector<float> residual = std::vector<float>(3 * 7, 0.0F);
 
   [[nodiscard]] gated_ffn_args args() {
-    return {activation::silu,
-            matrix_view<const float>::packed(gate.data(), 6, 7),
-            matrix_view<const float>::packed(up.data(), 6, 7),
-            matrix_view<const float>::packed(down.data(), 7, 6),
-            x,
-            y,
-            subset::everything(),
-            {}};
+    return {ffn_layer{activation::silu, matrix_view<const float>::packed(gate.data(), 6, 7),
+                      matrix_view<const float>::packed(up.data(), 6, 7),
+                      matrix_view<const float>::packed(down.data(), 7, 6)},
+            x, y, subset::everything()};
   }
   [[nodiscard]] token_ffn_args token_args() {
     const gated_ffn_args g = args();
-    return {g.act,
-            g.gate,
-            g.up,
-            g.down,
-            matrix_view<const float>::packed(input.data(), 3, 7),
-            matrix_view<float>::packed(residual.data(), 3, 7),
-            subset::everything()};
+    return {g.weights, matrix_view<const float>::packed(input.data(), 3, 7),
+            matrix_view<float>::packed(residual.data(), 3, 7), subset::everything()};
   }
 };
 
@@ -103,8 +94,8 @@ TEST_CASE("reference can_implement accepts every dtype and activation, declines 
     CHECK(ref.can_implement(gemv_args{w, {}, {}, subset::everything()}));
     CHECK(ref.can_implement(linear_args{w, {}, {}, subset::everything()}));
     for (const activation act : all_activations) {
-      CHECK(ref.can_implement(gated_ffn_args{act, w, w, w, {}, {}, subset::everything(), {}}));
-      CHECK(ref.can_implement(token_ffn_args{act, w, w, w, {}, {}, subset::everything()}));
+      CHECK(ref.can_implement(gated_ffn_args{ffn_layer{act, w, w, w}, {}, {}, subset::everything()}));
+      CHECK(ref.can_implement(token_ffn_args{ffn_layer{act, w, w, w}, {}, {}, subset::everything()}));
     }
   }
   // A dtype or activation this build does not know is "not handled", and run() says so
@@ -120,14 +111,14 @@ TEST_CASE("reference can_implement accepts every dtype and activation, declines 
   CHECK(y == std::vector<float>{7.0F, 7.0F});
   small_ffn f;
   gated_ffn_args g = f.args();
-  g.act = static_cast<activation>(9);
+  g.weights.act = static_cast<activation>(9);
   CHECK(ref.can_implement(g).reason == "reference: unknown activation");
   CHECK_FALSE(ref.run_with_scratch(g));
   g = f.args();
-  g.down.type = static_cast<dtype>(42);
+  g.weights.down.type = static_cast<dtype>(42);
   CHECK_FALSE(ref.can_implement(g));
   token_ffn_args tk = f.token_args();
-  tk.act = static_cast<activation>(9);
+  tk.weights.act = static_cast<activation>(9);
   CHECK_FALSE(ref.run_with_scratch(tk));
 }
 
@@ -146,20 +137,16 @@ TEST_CASE("reference workspace_size is the f32 scratch run() needs, exactly") {
   const test_weights gate = make_weights(dtype::f16, 96, 64, rng);
   const test_weights down = make_weights(dtype::f16, 64, 96, rng);
   std::vector<float> y64(64);
-  gated_ffn_args g{activation::silu, gate.view, gate.view, down.view, x, y64, subset::everything(), {}};
+  gated_ffn_args g{ffn_layer{activation::silu, gate.view, gate.view, down.view}, x, y64, subset::everything()};
   CHECK(ref.workspace_size(g) == (96 + 96) * sizeof(float));  // h[d_ff] + a row of max(d_model, d_ff)
   g.neurons = subset::only(two);
   CHECK(ref.workspace_size(g) == (2 + 96) * sizeof(float));  // h of the kept neurons only
 
   std::vector<float> batch(3 * 64, 0.5F);
   std::vector<float> residual(3 * 64, 0.0F);
-  token_ffn_args tk{activation::gelu,
-                    gate.view,
-                    gate.view,
-                    down.view,
+  token_ffn_args tk{ffn_layer{activation::gelu, gate.view, gate.view, down.view},
                     matrix_view<const float>::packed(batch.data(), 3, 64),
-                    matrix_view<float>::packed(residual.data(), 3, 64),
-                    subset::everything()};
+                    matrix_view<float>::packed(residual.data(), 3, 64), subset::everything()};
   CHECK(ref.workspace_size(tk) == (96 + 96 + 64) * sizeof(float));  // h, a row, one token's output
   tk.tokens = subset::only({});
   CHECK(ref.workspace_size(tk) == 0);
@@ -209,7 +196,8 @@ TEST_CASE("reference gemv and linear report every bad argument") {
                        doctest::Contains("'rows.indices[2]' is 1; expected an index > rows.indices[1] = 1 "
                                          "(indices strictly increasing"),
                        error);
-  CHECK_THROWS_WITH_AS(ref.run_with_scratch(gemv_args{wv, x, y3, subset::only(decreasing)}),
+  std::vector<float> y2(2);
+  CHECK_THROWS_WITH_AS(ref.run_with_scratch(gemv_args{wv, x, y2, subset::only(decreasing)}),
                        doctest::Contains("'rows.indices[1]' is 1; expected an index > rows.indices[0] = 2"), error);
   // all = true together with indices is ambiguous (subset{indices} does not compile; this spelling does).
   CHECK_THROWS_WITH_AS(ref.run_with_scratch(gemv_args{wv, x, y3, subset{.all = true, .indices = two}}),
@@ -249,19 +237,21 @@ TEST_CASE("reference gated FFN reports every bad argument") {
   gated_ffn_args a = f.args();
   const auto run = [&] { return ref.run_with_scratch(a); };
 
-  a.up = matrix_view<const float>::packed(wrong.data(), 5, 7);
+  a.weights.up = matrix_view<const float>::packed(wrong.data(), 5, 7);
   CHECK_THROWS_WITH_AS(
-      run(), doctest::Contains("reference::gated_ffn: argument 'up.rows' is 5; expected 6 (d_ff = gate.rows"), error);
+      run(), doctest::Contains("reference::gated_ffn: argument 'weights.up.rows' is 5; expected 6 (d_ff = gate.rows"),
+      error);
   a = f.args();
-  a.up = matrix_view<const float>::packed(wrong.data(), 6, 8);
-  CHECK_THROWS_WITH_AS(run(), doctest::Contains("'up.cols' is 8; expected 7 (d_model = gate.cols"), error);
+  a.weights.up = matrix_view<const float>::packed(wrong.data(), 6, 8);
+  CHECK_THROWS_WITH_AS(run(), doctest::Contains("'weights.up.cols' is 8; expected 7 (d_model = gate.cols"), error);
   a = f.args();
-  a.down = matrix_view<const float>::packed(wrong.data(), 8, 6);
+  a.weights.down = matrix_view<const float>::packed(wrong.data(), 8, 6);
   CHECK_THROWS_WITH_AS(
-      run(), doctest::Contains("'down.rows' is 8; expected 7 (d_model = gate.cols; down is [d_model x d_ff])"), error);
+      run(), doctest::Contains("'weights.down.rows' is 8; expected 7 (d_model = gate.cols; down is [d_model x d_ff])"),
+      error);
   a = f.args();
-  a.down = matrix_view<const float>::packed(wrong.data(), 7, 5);
-  CHECK_THROWS_WITH_AS(run(), doctest::Contains("'down.cols' is 5; expected 6 (d_ff = gate.rows"), error);
+  a.weights.down = matrix_view<const float>::packed(wrong.data(), 7, 5);
+  CHECK_THROWS_WITH_AS(run(), doctest::Contains("'weights.down.cols' is 5; expected 6 (d_ff = gate.rows"), error);
   a = f.args();
   a.x = short_vec;
   CHECK_THROWS_WITH_AS(run(), doctest::Contains("'x.size()' is 5; expected 7 (d_model = gate.cols)"), error);
@@ -281,24 +271,26 @@ TEST_CASE("reference gated FFN reports every bad argument") {
   CHECK_THROWS_WITH_AS(
       run(), doctest::Contains("'neurons.indices[2]' is 3; expected an index > neurons.indices[1] = 3"), error);
   a = f.args();
-  a.down.data = nullptr;
-  CHECK_THROWS_WITH_AS(run(), doctest::Contains("argument 'down' is a null data pointer"), error);
+  a.weights.down.data = nullptr;
+  CHECK_THROWS_WITH_AS(run(), doctest::Contains("argument 'weights.down' is a null data pointer"), error);
   a = f.args();
-  a.down = weight_view{};
-  CHECK_THROWS_WITH_AS(run(), doctest::Contains("argument 'down, down_t' is neither given; expected W_down"), error);
-  a.down_t = matrix_view<const float>::packed(wrong.data(), 7, 6);
+  a.weights.down = weight_view{};
   CHECK_THROWS_WITH_AS(
-      run(), doctest::Contains("'down_t.rows' is 7; expected 6 (d_ff = gate.rows; down_t is [d_ff x d_model])"), error);
-  a.down_t = matrix_view<const float>::packed(wrong.data(), 6, 8);
-  CHECK_THROWS_WITH_AS(run(), doctest::Contains("'down_t.cols' is 8; expected 7 (d_model = gate.cols"), error);
+      run(), doctest::Contains("argument 'weights.down, weights.down_t' is neither given; expected W_down"), error);
+  a.weights.down_t = matrix_view<const float>::packed(wrong.data(), 7, 6);
+  CHECK_THROWS_WITH_AS(
+      run(), doctest::Contains("'weights.down_t.rows' is 7; expected 6 (d_ff = gate.rows; down_t is [d_ff x d_model])"),
+      error);
+  a.weights.down_t = matrix_view<const float>::packed(wrong.data(), 6, 8);
+  CHECK_THROWS_WITH_AS(run(), doctest::Contains("'weights.down_t.cols' is 8; expected 7 (d_model = gate.cols"), error);
   std::vector<std::byte> blocks(4096);
   a = f.args();
-  a.gate = weight_view(blocks.data(), dtype::q4_0, 6, 7, 1000);
-  CHECK_THROWS_WITH_AS(run(), doctest::Contains("argument 'gate' is 7 values per row of q4_0"), error);
+  a.weights.gate = weight_view(blocks.data(), dtype::q4_0, 6, 7, 1000);
+  CHECK_THROWS_WITH_AS(run(), doctest::Contains("argument 'weights.gate' is 7 values per row of q4_0"), error);
   a = f.args();
-  a.up.row_stride = 8;
-  CHECK_THROWS_WITH_AS(run(), doctest::Contains("argument 'up' is a row stride of 8 bytes; expected at least 28 bytes"),
-                       error);
+  a.weights.up.row_stride = 8;
+  CHECK_THROWS_WITH_AS(
+      run(), doctest::Contains("argument 'weights.up' is a row stride of 8 bytes; expected at least 28 bytes"), error);
   a = f.args();
   CHECK(run());  // and the fixture itself is valid
 }
@@ -336,8 +328,8 @@ TEST_CASE("reference token FFN reports every bad argument") {
   CHECK_THROWS_WITH_AS(run(), doctest::Contains("argument 'residual' is a row stride of 4 bytes"), error);
   std::vector<float> wide(6 * 8, 1.0F);
   a = f.token_args();
-  a.gate = matrix_view<const float>::packed(wide.data(), 6, 8);
-  CHECK_THROWS_WITH_AS(run(), doctest::Contains("'up.cols' is 7; expected 8"), error);
+  a.weights.gate = matrix_view<const float>::packed(wide.data(), 6, 8);
+  CHECK_THROWS_WITH_AS(run(), doctest::Contains("'weights.up.cols' is 7; expected 8"), error);
   a = f.token_args();
   CHECK(run());
 }

@@ -1,6 +1,7 @@
 // The ranking selectors (top_k, cumulative_mass, threshold) against straightforward
 // oracles: a stable sort by (score descending, index ascending) and plain index-order sums.
 
+#include <actsparse/backends/cpu/dispatch.hpp>
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/selection.hpp>
 #include <actsparse/selectors/cumulative_mass.hpp>
@@ -406,8 +407,9 @@ TEST_CASE("threshold: infinities are fine, NaN is an error") {
                        error);
 }
 
-TEST_CASE("selectors: the AVX-512 passes give the portable passes' indices and masses, bit for bit") {
-  if (!detail::simd_selection()) {
+TEST_CASE("selectors: the CPU backend's AVX-512 passes give the portable passes' indices and masses, bit for bit") {
+  // The CPU backend's passes (linked into this program) are installed at start where the CPU has them.
+  if (installed_selection_passes() == nullptr) {
     MESSAGE("this build or CPU has no AVX-512 selection passes: nothing to compare");
     return;
   }
@@ -422,9 +424,9 @@ TEST_CASE("selectors: the AVX-512 passes give the portable passes' indices and m
     selection simd;
     selection portable;
     selector.select(s, simd);
-    detail::set_simd_selection(false);
+    cpu::use_simd_selection(false);
     selector.select(s, portable);
-    detail::set_simd_selection(true);
+    cpu::use_simd_selection(true);
     return same(simd, portable);
   };
   std::mt19937 rng(99);
@@ -465,9 +467,9 @@ TEST_CASE("selectors: the AVX-512 passes give the portable passes' indices and m
     for (const dist d : {dist::uniform, dist::gaussian, dist::signed_zeros}) {
       const std::vector<float> s = draw(d, n, rng);
       const detail::score_scan x = detail::scan_scores(s);
-      detail::set_simd_selection(false);
+      cpu::use_simd_selection(false);
       const detail::score_scan y = detail::scan_scores(s);
-      detail::set_simd_selection(true);
+      cpu::use_simd_selection(true);
       CHECK(std::bit_cast<std::uint64_t>(x.total) == std::bit_cast<std::uint64_t>(y.total));
       CHECK(x.negative == y.negative);
       CHECK(x.non_finite == y.non_finite);
@@ -480,10 +482,10 @@ TEST_CASE("selectors: the AVX-512 passes give the portable passes' indices and m
       const std::uint32_t tk = detail::order_key(cut);
       std::vector<std::uint32_t> a(n + 1);
       std::vector<std::uint32_t> b(n + 1);
-      const auto x = detail::avx512::emit_above<false, true>(s, tk, a.data());
-      detail::set_simd_selection(false);
+      const auto x = installed_selection_passes()->emit_above[0][1](s.data(), s.size(), tk, a.data());
+      cpu::use_simd_selection(false);
       const auto y = detail::emit_above<false, true>(s, tk, b.data());
-      detail::set_simd_selection(true);
+      cpu::use_simd_selection(true);
       REQUIRE(x.count == y.count);
       CHECK(std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(x.count), b.begin()));
       CHECK(std::bit_cast<std::uint64_t>(x.mass) == std::bit_cast<std::uint64_t>(y.mass));

@@ -1,7 +1,13 @@
 #pragma once
 // The argument checks of every operation in op_args.hpp, shared by all backends so that a bad
-// call gets the same clear error whichever backend runs it. Messages are built only on the
-// failing path: a valid call allocates nothing.
+// call gets the same clear error whichever backend runs it. Two levels:
+//   check_shapes(args, where)     O(1): views valid, sizes agree, an index list's last entry in
+//                                 range. Every backend's run() calls it.
+//   check_arguments(args, where)  check_shapes and every index list walked (in range, strictly
+//                                 increasing): O(|indices|). actsparse::run_checked calls it;
+//                                 the ops, whose index lists come from a selector (sorted and
+//                                 unique by construction), do not.
+// Messages are built only on the failing path: a valid call allocates nothing.
 
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/op_args.hpp>
@@ -15,10 +21,9 @@
 namespace actsparse {
 namespace detail {
 
-// A subset of n candidates: everything (no indices), or indices < n strictly increasing.
-// meaning_of_n says what n is, e.g. "w.rows".
-inline void check_subset(const subset& s, std::size_t n, std::string_view where, std::string_view argument,
-                         std::string_view meaning_of_n) {
+// O(1): `all` without indices, and (indices sorted, as the precondition says) the last < n.
+inline void check_subset_bounds(const subset& s, std::size_t n, std::string_view where, std::string_view argument,
+                                std::string_view meaning_of_n) {
   if (s.all) {
     if (!s.indices.empty()) {
       fail(where, argument, "a subset with all = true and " + std::to_string(s.indices.size()) + " indices",
@@ -26,6 +31,21 @@ inline void check_subset(const subset& s, std::size_t n, std::string_view where,
     }
     return;
   }
+  if (s.indices.size() > n) {
+    fail(where, std::string(argument) + ".indices.size()", s.indices.size(),
+         "at most " + std::to_string(n) + " (" + std::string(meaning_of_n) + "; indices are unique)");
+  }
+  if (!s.indices.empty() && s.indices.back() >= n) {
+    fail(where, std::string(argument) + ".indices[" + std::to_string(s.indices.size() - 1) + "]", s.indices.back(),
+         "an index < " + std::to_string(n) + " (" + std::string(meaning_of_n) + ")");
+  }
+}
+
+// O(|indices|): every index < n and strictly increasing.
+inline void check_subset(const subset& s, std::size_t n, std::string_view where, std::string_view argument,
+                         std::string_view meaning_of_n) {
+  check_subset_bounds(s, n, where, argument, meaning_of_n);
+  if (s.all) return;
   for (std::size_t k = 0; k < s.indices.size(); ++k) {
     const std::uint32_t j = s.indices[k];
     if (j >= n) {
@@ -49,59 +69,64 @@ inline void check_size(std::size_t got, std::size_t want, std::string_view where
 
 }  // namespace detail
 
-// Argument checks, one per operation. `where` names the caller in the message.
+// ---- O(1) shape checks, one per operation. `where` names the caller in the message. --------
 
-inline void check_arguments(const gemv_args& a, std::string_view where) {
+inline void check_shapes(const gemv_args& a, std::string_view where) {
   validate(a.w, where, "w");
-  detail::check_subset(a.rows, a.w.rows, where, "rows", "w.rows");
+  detail::check_subset_bounds(a.rows, a.w.rows, where, "rows", "w.rows");
   detail::check_size(a.x.size(), a.w.cols, where, "x.size()", "w.cols");
   detail::check_size(a.y.size(), a.rows.count(a.w.rows), where, "y.size()",
                      a.rows.all ? "w.rows" : "rows.indices.size()");
 }
 
-inline void check_arguments(const transposed_linear_args& a, std::string_view where) {
+inline void check_shapes(const transposed_linear_args& a, std::string_view where) {
   validate(a.wt, where, "wt");
-  detail::check_subset(a.inputs, a.wt.rows, where, "inputs", "wt.rows");
+  detail::check_subset_bounds(a.inputs, a.wt.rows, where, "inputs", "wt.rows");
   detail::check_size(a.x.size(), a.wt.rows, where, "x.size()", "wt.rows, the inputs");
   detail::check_size(a.y.size(), a.wt.cols, where, "y.size()", "wt.cols, the outputs");
 }
 
-inline void check_arguments(const linear_args& a, std::string_view where) {
+inline void check_shapes(const linear_args& a, std::string_view where) {
   validate(a.w, where, "w");
-  detail::check_subset(a.inputs, a.w.cols, where, "inputs", "w.cols");
+  detail::check_subset_bounds(a.inputs, a.w.cols, where, "inputs", "w.cols");
   detail::check_size(a.x.size(), a.w.cols, where, "x.size()", "w.cols, the inputs");
   detail::check_size(a.y.size(), a.w.rows, where, "y.size()", "w.rows, the outputs");
 }
 
 // gate and up [d_ff × d_model], down [d_model × d_ff] and / or down_t [d_ff × d_model] (at
 // least one of the two), with d_model = gate.cols, d_ff = gate.rows.
-inline void check_ffn_weights(const weight_view& gate, const weight_view& up, const weight_view& down,
-                              const weight_view& down_t, std::string_view where) {
-  validate(gate, where, "gate");
-  validate(up, where, "up");
-  detail::check_size(up.rows, gate.rows, where, "up.rows", "d_ff = gate.rows; gate and up are [d_ff x d_model]");
-  detail::check_size(up.cols, gate.cols, where, "up.cols", "d_model = gate.cols; gate and up are [d_ff x d_model]");
-  if (down.absent() && down_t.absent()) {
-    detail::fail_described(where, "down, down_t", "neither given",
+inline void check_ffn_layer(const ffn_layer& f, std::string_view where) {
+  validate(f.gate, where, "weights.gate");
+  validate(f.up, where, "weights.up");
+  detail::check_size(f.up.rows, f.gate.rows, where, "weights.up.rows",
+                     "d_ff = gate.rows; gate and up are [d_ff x d_model]");
+  detail::check_size(f.up.cols, f.gate.cols, where, "weights.up.cols",
+                     "d_model = gate.cols; gate and up are [d_ff x d_model]");
+  if (f.down.absent() && f.down_t.absent()) {
+    detail::fail_described(where, "weights.down, weights.down_t", "neither given",
                            "W_down [d_model x d_ff] in down, or W_down transposed [d_ff x d_model] in down_t");
   }
-  if (!down.absent()) {
-    validate(down, where, "down");
-    detail::check_size(down.rows, gate.cols, where, "down.rows", "d_model = gate.cols; down is [d_model x d_ff]");
-    detail::check_size(down.cols, gate.rows, where, "down.cols", "d_ff = gate.rows; down is [d_model x d_ff]");
+  if (!f.down.absent()) {
+    validate(f.down, where, "weights.down");
+    detail::check_size(f.down.rows, f.gate.cols, where, "weights.down.rows",
+                       "d_model = gate.cols; down is [d_model x d_ff]");
+    detail::check_size(f.down.cols, f.gate.rows, where, "weights.down.cols",
+                       "d_ff = gate.rows; down is [d_model x d_ff]");
   }
-  if (!down_t.absent()) {
-    validate(down_t, where, "down_t");
-    detail::check_size(down_t.rows, gate.rows, where, "down_t.rows", "d_ff = gate.rows; down_t is [d_ff x d_model]");
-    detail::check_size(down_t.cols, gate.cols, where, "down_t.cols", "d_model = gate.cols; down_t is [d_ff x d_model]");
+  if (!f.down_t.absent()) {
+    validate(f.down_t, where, "weights.down_t");
+    detail::check_size(f.down_t.rows, f.gate.rows, where, "weights.down_t.rows",
+                       "d_ff = gate.rows; down_t is [d_ff x d_model]");
+    detail::check_size(f.down_t.cols, f.gate.cols, where, "weights.down_t.cols",
+                       "d_model = gate.cols; down_t is [d_ff x d_model]");
   }
 }
 
-inline void check_arguments(const gated_ffn_args& a, std::string_view where) {
-  check_ffn_weights(a.gate, a.up, a.down, a.down_t, where);
-  const std::size_t d_model = a.gate.cols;
-  const std::size_t d_ff = a.gate.rows;
-  detail::check_subset(a.neurons, d_ff, where, "neurons", "d_ff = gate.rows");
+inline void check_shapes(const gated_ffn_args& a, std::string_view where) {
+  check_ffn_layer(a.weights, where);
+  const std::size_t d_model = a.weights.d_model();
+  const std::size_t d_ff = a.weights.d_ff();
+  detail::check_subset_bounds(a.neurons, d_ff, where, "neurons", "d_ff = gate.rows");
   detail::check_size(a.x.size(), d_model, where, "x.size()", "d_model = gate.cols");
   detail::check_size(a.y.size(), d_model, where, "y.size()", "d_model = gate.cols");
   if (!a.gate_act.empty()) {
@@ -110,14 +135,43 @@ inline void check_arguments(const gated_ffn_args& a, std::string_view where) {
   }
 }
 
-inline void check_arguments(const token_ffn_args& a, std::string_view where) {
-  check_ffn_weights(a.gate, a.up, a.down, a.down_t, where);
+inline void check_shapes(const token_ffn_args& a, std::string_view where) {
+  check_ffn_layer(a.weights, where);
   validate(a.input, where, "input");
   validate(a.residual, where, "residual");
-  detail::check_size(a.input.cols, a.gate.cols, where, "input.cols", "d_model = gate.cols");
-  detail::check_size(a.residual.cols, a.gate.cols, where, "residual.cols", "d_model = gate.cols");
+  detail::check_size(a.input.cols, a.weights.d_model(), where, "input.cols", "d_model = gate.cols");
+  detail::check_size(a.residual.cols, a.weights.d_model(), where, "residual.cols", "d_model = gate.cols");
   detail::check_size(a.residual.rows, a.input.rows, where, "residual.rows", "input.rows, one residual row per token");
+  detail::check_subset_bounds(a.tokens, a.input.rows, where, "tokens", "input.rows");
+}
+
+// ---- Full checks: the shapes and every index list walked. ----------------------------------
+
+inline void check_arguments(const gemv_args& a, std::string_view where) {
+  check_shapes(a, where);
+  detail::check_subset(a.rows, a.w.rows, where, "rows", "w.rows");
+}
+inline void check_arguments(const transposed_linear_args& a, std::string_view where) {
+  check_shapes(a, where);
+  detail::check_subset(a.inputs, a.wt.rows, where, "inputs", "wt.rows");
+}
+inline void check_arguments(const linear_args& a, std::string_view where) {
+  check_shapes(a, where);
+  detail::check_subset(a.inputs, a.w.cols, where, "inputs", "w.cols");
+}
+inline void check_arguments(const gated_ffn_args& a, std::string_view where) {
+  check_shapes(a, where);
+  detail::check_subset(a.neurons, a.weights.d_ff(), where, "neurons", "d_ff = gate.rows");
+}
+inline void check_arguments(const token_ffn_args& a, std::string_view where) {
+  check_shapes(a, where);
   detail::check_subset(a.tokens, a.input.rows, where, "tokens", "input.rows");
 }
+
+// Whether check_arguments has an overload for these arguments (run_checked requires one).
+template <class Args>
+concept checkable_args = requires(const Args& a) {
+  check_arguments(a, std::string_view{});
+};
 
 }  // namespace actsparse

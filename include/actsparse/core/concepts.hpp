@@ -3,8 +3,8 @@
 // ACTSPARSE_REQUIRE_* below, so a type that does not fit is rejected with a sentence
 // that says what the role needs, not a page of substitution failures.
 
+#include <actsparse/core/activation.hpp>
 #include <actsparse/core/executor.hpp>
-#include <actsparse/core/op_args.hpp>
 #include <actsparse/core/selection.hpp>
 
 #include <concepts>
@@ -26,6 +26,27 @@ concept importance_scorer = std::copy_constructible<S> && requires {
   { s.score_count(in) } -> std::convertible_to<std::size_t>;
   s.score(in, out);
 };
+
+// A scorer of FFN neurons: an importance_scorer whose input a neuron-sparse op builds from the
+// d_ff neuron values it computed (g, act(g) or h, see score_source). Either input_type is
+// constructible from std::span<const float>, or the scorer says how to build it:
+//   static input_type neuron_input(std::span<const float> values, activation act);
+// (weight_aware_gate does: it reads the pre-activation and the activation). A new scorer that
+// reads something else is thus one header; the op never names a scorer.
+template <class S>
+concept neuron_scorer = importance_scorer<S> &&(requires(std::span<const float> v, activation a) {
+  { S::neuron_input(v, a) } -> std::same_as<typename S::input_type>;
+} || std::constructible_from<typename S::input_type, std::span<const float>>);
+
+// The scorer's input built from the neuron values (the customisation point above).
+template <neuron_scorer S>
+[[nodiscard]] typename S::input_type neuron_input(std::span<const float> values, activation act) {
+  if constexpr (requires { S::neuron_input(values, act); }) {
+    return S::neuron_input(values, act);
+  } else {
+    return typename S::input_type(values);
+  }
+}
 
 // Chooses which candidates to keep from their scores.
 //   s.select(std::span<const float> scores, selection& out)
@@ -60,8 +81,12 @@ concept activation_manager = requires(M& m, const M& cm, std::uint64_t pos, std:
   { cm.bytes_held() } -> std::convertible_to<std::size_t>;
 };
 
-// Where a backend's buffers live.
-enum class memory_space : std::uint8_t { host, cuda_device, metal_shared };
+// Where a backend's buffers live: a tag type each backend names as B::memory_space. Core
+// knows only ordinary host memory; a backend with memory of its own (a device, a unified
+// buffer) defines its tag in its own headers.
+struct host_memory {
+  static constexpr std::string_view name = "host";
+};
 
 // A backend's answer to can_implement / run: done, or "not handled" so that the engine
 // runs its own kernel instead. Invalid arguments (bad shapes) are errors, not statuses.
@@ -77,16 +102,20 @@ struct status {
 };
 
 // A backend: a traits-like type with
-//   static constexpr std::string_view name;  static constexpr memory_space memory;
+//   static constexpr std::string_view name;
+//   typename B::memory_space    (host_memory, or the backend's own tag)
 //   typename B::executor_type   (a CPU thread pool, a CUDA stream, a Metal queue)
 // and, for each operation it offers (see backend_for), the host protocol
 //   can_implement(args) -> status;  workspace_size(args) -> size_t;
 //   run(args, std::span<std::byte> workspace, executor_type&) -> status.
+// run's precondition is that can_implement(args) returned ok (actsparse::run, ops/run.hpp,
+// drives the three calls); run checks the shapes in O(1), and actsparse::run_checked also
+// walks every index list.
 template <class B>
 concept backend = requires {
   typename B::executor_type;
+  typename B::memory_space;
   { B::name } -> std::convertible_to<std::string_view>;
-  { B::memory } -> std::convertible_to<memory_space>;
 };
 
 template <class B, class Args>
@@ -97,6 +126,15 @@ concept backend_for = backend<B> &&
   { b.run(args, workspace, ex) } -> std::same_as<status>;
 };
 
+// Optional: a backend's own elementwise activation, v[i] = act(v[i]). An op that computes
+// act(g) on the host for a scorer and passes it to the backend's FFN (gated_ffn_args::gate_act)
+// uses it, so that keep-all equals the backend's dense FFN bit for bit; without it the op uses
+// the scalar functions of core/activation.hpp.
+template <class B>
+concept backend_with_activation = backend<B> && requires(const B& b, activation act, std::span<float> v) {
+  b.activate(act, v);
+};
+
 }  // namespace actsparse
 
 // Use these at the point where a template needs a role; the message is the diagnostic.
@@ -105,6 +143,11 @@ concept backend_for = backend<B> &&
                 "actsparse: this type is not an importance_scorer. It needs: typename input_type; " \
                 "std::size_t score_count(const input_type&) const; void score(const input_type&, "  \
                 "std::span<float>) const.")
+#define ACTSPARSE_REQUIRE_NEURON_SCORER(S)                                                                       \
+  static_assert(::actsparse::neuron_scorer<S>,                                                                   \
+                "actsparse: this type is not a neuron scorer. It needs what an importance_scorer needs, and an " \
+                "input_type constructible from std::span<const float>, or static input_type "                    \
+                "neuron_input(std::span<const float> values, actsparse::activation act).")
 #define ACTSPARSE_REQUIRE_SELECTOR(S)                                                                           \
   static_assert(::actsparse::selector<S>,                                                                       \
                 "actsparse: this type is not a selector. It needs: void select(std::span<const float> scores, " \
@@ -117,8 +160,9 @@ concept backend_for = backend<B> &&
   static_assert(::actsparse::activation_manager<M>,                                                          \
                 "actsparse: this type is not an activation_manager. It needs: row_size(), store(pos, row), " \
                 "retrieve(pos, out) const, promote(pos), demote(pos), tier_of(pos) -> tier, bytes_held().")
-#define ACTSPARSE_REQUIRE_BACKEND_FOR(B, Args)                                                       \
-  static_assert(::actsparse::backend_for<B, Args>,                                                   \
-                "actsparse: this type is not a backend for this operation. It needs: name, memory, " \
-                "executor_type, and can_implement(args) -> status, workspace_size(args), "           \
-                "run(args, std::span<std::byte>, executor_type&) -> status for these arguments.")
+#define ACTSPARSE_REQUIRE_BACKEND_FOR(B, Args)                                                   \
+  static_assert(::actsparse::backend_for<B, Args>,                                               \
+                "actsparse: this type is not a backend for this operation (" #Args               \
+                "). It needs: name, memory_space, executor_type, and can_implement(const " #Args \
+                "&) -> status, workspace_size(const " #Args "&), run(const " #Args               \
+                "&, std::span<std::byte>, executor_type&) -> status.")

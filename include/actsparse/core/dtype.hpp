@@ -1,33 +1,27 @@
 #pragma once
-// Weight element types. f16 / bf16 are plain 16-bit storage with software conversions
-// (identical results on g++ and clang, no _Float16 needed); block_q8_0 / block_q4_0 are
-// byte-identical to ggml's blocks so an engine's tensors can be passed without copies.
+// Weight element types, one traits entry per dtype (dtype_traits<T>, the way ggml's type
+// table has one row per type): its name, values per storage element, bytes, alignment, and
+// how a block converts from and to f32. Every dtype-generic piece of the library (views, the
+// reference backend, quantize_row, visit_dtype) reads these entries, so a new dtype is one
+// enum value, one storage struct with its entry, and its place in storage_types below;
+// then its kernels in each backend that takes it.
+// f16 / bf16 are plain 16-bit storage with software conversions (identical results on g++ and
+// clang, no _Float16 needed); block_q8_0 / block_q4_0 are byte-identical to ggml's blocks so
+// an engine's tensors can be passed without copies.
+
+#include <actsparse/core/error.hpp>
 
 #include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace actsparse {
 
 enum class dtype : std::uint8_t { f32, bf16, f16, q8_0, q4_0 };
-
-[[nodiscard]] constexpr std::string_view name(dtype t) noexcept {
-  switch (t) {
-    case dtype::f32:
-      return "f32";
-    case dtype::bf16:
-      return "bf16";
-    case dtype::f16:
-      return "f16";
-    case dtype::q8_0:
-      return "q8_0";
-    case dtype::q4_0:
-      return "q4_0";
-  }
-  return "?";
-}
 
 // IEEE 754 binary16, stored as bits.
 struct f16 {
@@ -116,34 +110,135 @@ static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must be byte-identical to gg
 static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must be byte-identical to ggml's (18 bytes / 32 values)");
 static_assert(offsetof(block_q8_0, qs) == 2 && offsetof(block_q4_0, qs) == 2);
 
-// Compile-time facts about each storage type.
+namespace detail {
+
+// A block quantizer's input must be finite: a NaN or an infinity has no scale.
+inline void require_finite_block(const float* x, std::size_t n, std::string_view where) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) {
+      fail(where, "x[" + std::to_string(i) + "]", x[i],
+           "a finite value (a NaN or an infinity has no quantization scale)");
+    }
+  }
+}
+
+// x·(1/d) as ggml's reference quantizers compute it, or x / d where 1/d overflows (a block
+// whose largest value is below about 4e-37: d is then subnormal; the quotient stays in range).
+[[nodiscard]] inline float scaled(float x, float d, float inverse) noexcept {
+  return std::isfinite(inverse) ? x * inverse : x / d;
+}
+
+}  // namespace detail
+
+// ---- The traits entries: one per storage type ------------------------------------------
+//   type, name, block_values (values per storage element), bytes, alignment, quantized,
+//   to_f32(block, out[block_values]) and from_f32(in[block_values]) -> block.
+// from_f32 of the block types throws actsparse::error for a non-finite value.
 template <class T>
 struct dtype_traits;
+
 template <>
 struct dtype_traits<float> {
   static constexpr dtype type = dtype::f32;
+  static constexpr std::string_view name = "f32";
   static constexpr std::size_t block_values = 1;
+  static constexpr bool quantized = false;
+  static void to_f32(const float& v, float* out) noexcept { *out = v; }
+  [[nodiscard]] static float from_f32(const float* in) noexcept { return *in; }
 };
 template <>
 struct dtype_traits<bf16> {
   static constexpr dtype type = dtype::bf16;
+  static constexpr std::string_view name = "bf16";
   static constexpr std::size_t block_values = 1;
+  static constexpr bool quantized = false;
+  static void to_f32(const bf16& v, float* out) noexcept { *out = ::actsparse::to_f32(v); }
+  [[nodiscard]] static bf16 from_f32(const float* in) noexcept { return to_bf16(*in); }
 };
 template <>
 struct dtype_traits<f16> {
   static constexpr dtype type = dtype::f16;
+  static constexpr std::string_view name = "f16";
   static constexpr std::size_t block_values = 1;
+  static constexpr bool quantized = false;
+  static void to_f32(const f16& v, float* out) noexcept { *out = ::actsparse::to_f32(v); }
+  [[nodiscard]] static f16 from_f32(const float* in) noexcept { return to_f16(*in); }
 };
+
+// ggml's quantize_row_q8_0_ref: d = max|x| / 127, q = round(x / d).
 template <>
 struct dtype_traits<block_q8_0> {
   static constexpr dtype type = dtype::q8_0;
+  static constexpr std::string_view name = "q8_0";
   static constexpr std::size_t block_values = qk8_0;
+  static constexpr bool quantized = true;
+  static void to_f32(const block_q8_0& b, float* out) noexcept {
+    const float d = ::actsparse::to_f32(b.d);
+    for (std::size_t j = 0; j < qk8_0; ++j) out[j] = static_cast<float>(b.qs[j]) * d;
+  }
+  [[nodiscard]] static block_q8_0 from_f32(const float* x) {
+    detail::require_finite_block(x, qk8_0, "quantize_q8_0");
+    float amax = 0.0F;
+    for (std::size_t j = 0; j < qk8_0; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    const float d = amax / 127.0F;
+    const float id = d != 0.0F ? 1.0F / d : 0.0F;
+    block_q8_0 b{};
+    b.d = to_f16(d);
+    for (std::size_t j = 0; j < qk8_0; ++j) {
+      const float q = std::round(detail::scaled(x[j], d, id));  // |q| <= 127 by construction
+      b.qs[j] = static_cast<std::int8_t>(std::fmin(127.0F, std::fmax(-127.0F, q)));
+    }
+    return b;
+  }
 };
+
+// ggml's quantize_row_q4_0_ref: d = (the value of largest magnitude) / -8, nibble =
+// min(15, trunc(x / d + 8.5)).
 template <>
 struct dtype_traits<block_q4_0> {
   static constexpr dtype type = dtype::q4_0;
+  static constexpr std::string_view name = "q4_0";
   static constexpr std::size_t block_values = qk4_0;
+  static constexpr bool quantized = true;
+  static void to_f32(const block_q4_0& b, float* out) noexcept {
+    const float d = ::actsparse::to_f32(b.d);
+    constexpr std::size_t half = qk4_0 / 2;
+    for (std::size_t j = 0; j < half; ++j) {
+      out[j] = static_cast<float>((b.qs[j] & 0x0F) - 8) * d;
+      out[half + j] = static_cast<float>((b.qs[j] >> 4) - 8) * d;
+    }
+  }
+  [[nodiscard]] static block_q4_0 from_f32(const float* x) {
+    detail::require_finite_block(x, qk4_0, "quantize_q4_0");
+    float amax = 0.0F;
+    float max = 0.0F;  // the value of largest magnitude, with its sign
+    for (std::size_t j = 0; j < qk4_0; ++j) {
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -8.0F;
+    const float id = d != 0.0F ? 1.0F / d : 0.0F;
+    block_q4_0 b{};
+    b.d = to_f16(d);
+    constexpr std::size_t half = qk4_0 / 2;
+    // x / d + 8.5 lies in [0.5, 16.5]; clamped before the conversion (to 15 as ggml does).
+    const auto nibble = [&](float v) {
+      const float n = std::fmin(15.0F, std::fmax(0.0F, detail::scaled(v, d, id) + 8.5F));
+      return static_cast<std::uint8_t>(n);
+    };
+    for (std::size_t j = 0; j < half; ++j) {
+      b.qs[j] = static_cast<std::uint8_t>(nibble(x[j]) | (nibble(x[half + j]) << 4));
+    }
+    return b;
+  }
 };
+
+// Every storage type, in the order of the dtype enum. A new dtype is added here too.
+template <class... T>
+struct type_list {};
+using storage_types = type_list<float, bf16, f16, block_q8_0, block_q4_0>;
 
 template <class T>
 concept weight_storage = requires {
@@ -151,26 +246,36 @@ concept weight_storage = requires {
   dtype_traits<T>::block_values;
 };
 
-// Values per storage element (1, or 32 for the block types).
-[[nodiscard]] constexpr std::size_t block_values(dtype t) noexcept {
-  return (t == dtype::q8_0 || t == dtype::q4_0) ? 32 : 1;
-}
+// The run-time row of each dtype's entry.
+struct dtype_info {
+  std::string_view name;
+  std::size_t block_values;  // values per storage element (1, or the block size)
+  std::size_t block_bytes;   // bytes per storage element (a value, or a block)
+  std::size_t alignment;     // the storage element's alignment: data and row strides are multiples of it
+  bool quantized;
+};
 
-// Bytes per storage element (a value, or a block).
-[[nodiscard]] constexpr std::size_t block_bytes(dtype t) noexcept {
-  switch (t) {
-    case dtype::f32:
-      return 4;
-    case dtype::bf16:
-    case dtype::f16:
-      return 2;
-    case dtype::q8_0:
-      return sizeof(block_q8_0);
-    case dtype::q4_0:
-      return sizeof(block_q4_0);
-  }
-  return 0;
+namespace detail {
+template <class... T>
+[[nodiscard]] constexpr dtype_info info_of(dtype t, type_list<T...> /*types*/) noexcept {
+  dtype_info found{"?", 1, 0, 1, false};
+  (void)((dtype_traits<T>::type == t ? (found = dtype_info{dtype_traits<T>::name, dtype_traits<T>::block_values,
+                                                           sizeof(T), alignof(T), dtype_traits<T>::quantized},
+                                        true)
+                                     : false) ||
+         ...);
+  return found;
 }
+}  // namespace detail
+
+[[nodiscard]] constexpr dtype_info info(dtype t) noexcept { return detail::info_of(t, storage_types{}); }
+[[nodiscard]] constexpr std::string_view name(dtype t) noexcept { return info(t).name; }
+// Values per storage element (1, or 32 for the block types).
+[[nodiscard]] constexpr std::size_t block_values(dtype t) noexcept { return info(t).block_values; }
+// Bytes per storage element (a value, or a block).
+[[nodiscard]] constexpr std::size_t block_bytes(dtype t) noexcept { return info(t).block_bytes; }
+// Alignment of the storage element: a view's data and row stride must be multiples of it.
+[[nodiscard]] constexpr std::size_t alignment(dtype t) noexcept { return info(t).alignment; }
 
 // Bytes that hold `values` consecutive values of one row (values must be a multiple of
 // block_values(t); callers validate that first).
@@ -184,21 +289,23 @@ struct type_tag {
   using type = T;
 };
 
+namespace detail {
+template <class F, class First, class... Rest>
+decltype(auto) visit_in(dtype t, F& f, type_list<First, Rest...> /*types*/) {
+  if constexpr (sizeof...(Rest) == 0) {
+    return f(type_tag<First>{});
+  } else {
+    if (dtype_traits<First>::type == t) return f(type_tag<First>{});
+    return visit_in(t, f, type_list<Rest...>{});
+  }
+}
+}  // namespace detail
+
+// f(type_tag<T>{}) for the storage type T of t (the last type of the list for a value outside
+// the enum, which validate() rejects first wherever a view is checked).
 template <class F>
 decltype(auto) visit_dtype(dtype t, F&& f) {
-  switch (t) {
-    case dtype::bf16:
-      return f(type_tag<bf16>{});
-    case dtype::f16:
-      return f(type_tag<f16>{});
-    case dtype::q8_0:
-      return f(type_tag<block_q8_0>{});
-    case dtype::q4_0:
-      return f(type_tag<block_q4_0>{});
-    case dtype::f32:
-      break;
-  }
-  return f(type_tag<float>{});
+  return detail::visit_in(t, f, storage_types{});
 }
 
 }  // namespace actsparse

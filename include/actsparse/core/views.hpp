@@ -51,11 +51,6 @@ struct weight_view {
   std::size_t rows = 0;
   std::size_t cols = 0;        // values per row
   std::size_t row_stride = 0;  // bytes
-  // Optional: the same matrix (q8_0 / q4_0) with its rows interleaved 16 at a time, built once
-  // at load time by cpu::interleave_rows. The CPU backend's dense GEMVs on quantized x read it
-  // instead of `data` (row gathers still read `data`, which stays required); every other
-  // backend ignores it. It must hold exactly the blocks of `data`.
-  const void* interleaved = nullptr;
 
   weight_view() = default;
   weight_view(const void* data_, dtype type_, std::size_t rows_, std::size_t cols_, std::size_t row_stride_) noexcept
@@ -68,7 +63,7 @@ struct weight_view {
       : weight_view(matrix_view<const T>(v)) {}
 
   // A default-constructed view: no matrix given (optional weights, such as down_t).
-  [[nodiscard]] bool absent() const noexcept { return data == nullptr && rows == 0 && cols == 0; }
+  [[nodiscard]] constexpr bool absent() const noexcept { return data == nullptr && rows == 0 && cols == 0; }
 
   template <weight_storage T>
   [[nodiscard]] matrix_view<const T> as() const noexcept {
@@ -76,12 +71,54 @@ struct weight_view {
   }
 };
 
+// Checks that a weight view is usable: blocks whole, stride covers a row, data present, and
+// data and row stride multiples of the element's alignment (4 bytes for f32, 2 for f16 / bf16
+// and the ggml blocks, whose f16 scale comes first): the kernels read elements in place.
+inline void validate(const weight_view& w, std::string_view where, std::string_view argument) {
+  const dtype_info t = info(w.type);
+  if (t.block_bytes == 0) {
+    detail::fail_described(where, argument, "a dtype value of " + std::to_string(static_cast<int>(w.type)),
+                           "one of the dtype enum's values (f32, bf16, f16, q8_0, q4_0)");
+  }
+  if (w.cols % t.block_values != 0) {
+    detail::fail_described(where, argument, std::to_string(w.cols) + " values per row of " + std::string(t.name),
+                           "a multiple of " + std::to_string(t.block_values) + " values per row for " +
+                               std::string(t.name) + " weights (whole blocks)");
+  }
+  if (w.rows > 1 && w.row_stride < row_bytes(w.type, w.cols)) {
+    detail::fail_described(where, argument, "a row stride of " + std::to_string(w.row_stride) + " bytes",
+                           "at least " + std::to_string(row_bytes(w.type, w.cols)) + " bytes (one row of " +
+                               std::to_string(w.cols) + " " + std::string(t.name) + " values)");
+  }
+  if (w.rows > 1 && w.row_stride % t.alignment != 0) {
+    detail::fail_described(where, argument, "a row stride of " + std::to_string(w.row_stride) + " bytes",
+                           "a multiple of " + std::to_string(t.alignment) + " bytes (the alignment of one " +
+                               std::string(t.name) + " element: every row must start aligned)");
+  }
+  if (w.data == nullptr && w.rows != 0 && w.cols != 0) {
+    detail::fail_described(where, argument, "a null data pointer", "memory for a non-empty matrix");
+  }
+  if (reinterpret_cast<std::uintptr_t>(w.data) % t.alignment != 0) {
+    detail::fail_described(where, argument,
+                           "data at an address that is not a multiple of " + std::to_string(t.alignment),
+                           "an address aligned to " + std::to_string(t.alignment) + " bytes (the alignment of " +
+                               std::string(t.name) + " elements)");
+  }
+}
+
+template <class T>
+void validate(const matrix_view<T>& m, std::string_view where, std::string_view argument) {
+  validate(weight_view(matrix_view<const std::remove_const_t<T>>(m)), where, argument);
+}
+
 // ggml: ne0 values per row (innermost), ne1 rows, nb1 bytes between rows.
 [[nodiscard]] inline weight_view from_ggml(const void* data, dtype type, std::int64_t ne0, std::int64_t ne1,
                                            std::size_t nb1) {
   detail::require(ne0 >= 0, "from_ggml", "ne0", ne0, "ne0 >= 0");
   detail::require(ne1 >= 0, "from_ggml", "ne1", ne1, "ne1 >= 0");
-  return {data, type, static_cast<std::size_t>(ne1), static_cast<std::size_t>(ne0), nb1};
+  const weight_view w(data, type, static_cast<std::size_t>(ne1), static_cast<std::size_t>(ne0), nb1);
+  validate(w, "from_ggml", "tensor");
+  return w;
 }
 
 // torch: a 2-D tensor with sizes (rows, cols) and strides in elements (stride0, 1).
@@ -92,30 +129,10 @@ template <class T>
   detail::require(cols >= 0, "from_torch", "size(1)", cols, "size(1) >= 0");
   detail::require(stride1 == 1, "from_torch", "stride(1)", stride1, "1 (rows must be contiguous)");
   detail::require(stride0 >= cols, "from_torch", "stride(0)", stride0, "stride(0) >= size(1)");
-  return {data, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols),
-          static_cast<std::size_t>(stride0) * sizeof(std::remove_const_t<T>)};
-}
-
-// Checks that a weight view is usable: blocks whole, stride covers a row, data present.
-inline void validate(const weight_view& w, std::string_view where, std::string_view argument) {
-  const std::size_t bv = block_values(w.type);
-  if (w.cols % bv != 0) {
-    detail::fail_described(where, argument, std::to_string(w.cols) + " values per row of " + std::string(name(w.type)),
-                           "a multiple of 32 values per row for q8_0 / q4_0 weights");
-  }
-  if (w.rows > 1 && w.row_stride < row_bytes(w.type, w.cols)) {
-    detail::fail_described(where, argument, "a row stride of " + std::to_string(w.row_stride) + " bytes",
-                           "at least " + std::to_string(row_bytes(w.type, w.cols)) + " bytes (one row of " +
-                               std::to_string(w.cols) + " " + std::string(name(w.type)) + " values)");
-  }
-  if (w.data == nullptr && w.rows != 0 && w.cols != 0) {
-    detail::fail_described(where, argument, "a null data pointer", "memory for a non-empty matrix");
-  }
-}
-
-template <class T>
-void validate(const matrix_view<T>& m, std::string_view where, std::string_view argument) {
-  validate(weight_view(matrix_view<const std::remove_const_t<T>>(m)), where, argument);
+  const matrix_view<T> m{data, static_cast<std::size_t>(rows), static_cast<std::size_t>(cols),
+                         static_cast<std::size_t>(stride0) * sizeof(std::remove_const_t<T>)};
+  validate(m, "from_torch", "tensor");
+  return m;
 }
 
 }  // namespace actsparse

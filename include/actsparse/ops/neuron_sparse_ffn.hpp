@@ -2,18 +2,20 @@
 // Neuron-sparse gated FFN for decode (exact gating):
 //   g = W_gate·x (dense) → score (from g, act(g) or h) → select S → y = Σ_{j∈S} act(g_j)·u_j·W_down[:, j]
 // where only the rows of W_up and the columns of W_down in S are read. The scorer, the
-// selector and the backend are template parameters; this is where policies and backends meet.
+// selector, the per-layer schedule and the backend are template parameters; this is where
+// policies and backends meet.
 
 #include <actsparse/core/concepts.hpp>
 #include <actsparse/core/error.hpp>
+#include <actsparse/core/layer_setting.hpp>
 #include <actsparse/core/op_args.hpp>
+#include <actsparse/core/score_source.hpp>
 #include <actsparse/core/selection.hpp>
-#include <actsparse/ops/ffn_weights.hpp>
-#include <actsparse/scorers/weight_aware_gate.hpp>
+#include <actsparse/ops/run.hpp>
+#include <actsparse/schedules/uniform_schedule.hpp>
 
 #include <cstddef>
 #include <span>
-#include <type_traits>
 #include <vector>
 
 namespace actsparse {
@@ -30,35 +32,12 @@ struct ffn_scratch {
 
 namespace detail {
 
-template <class Backend, class Args>
-status run_op(const Backend& backend, const Args& args, std::vector<std::byte>& workspace,
-              typename Backend::executor_type& ex) {
-  ACTSPARSE_REQUIRE_BACKEND_FOR(Backend, Args);
-  const status can = backend.can_implement(args);
-  if (!can) return can;
-  const std::size_t need = backend.workspace_size(args);
-  if (workspace.size() < need) workspace.resize(need);
-  return backend.run(args, std::span<std::byte>(workspace.data(), need), ex);
-}
-
-// The scorer's input built from a vector of neuron values.
-template <class Scorer>
-typename Scorer::input_type score_input(std::span<const float> v, activation act) {
-  if constexpr (std::is_same_v<typename Scorer::input_type, gate_input>) {
-    return gate_input{v, act};
-  } else {
-    static_assert(std::is_constructible_v<typename Scorer::input_type, std::span<const float>>,
-                  "actsparse: a neuron scorer must take a std::span<const float> (or gate_input) as its input_type");
-    return typename Scorer::input_type(v);
-  }
-}
-
-// v[i] = act(v[i]) with the backend's own activation when it has one (`activate(act, v)`,
-// as cpu_backend: the act(g) passed in then has the bits its dense path computes, so keep-all
-// equals dense), else the scalar functions of core/activation.hpp.
+// v[i] = act(v[i]) with the backend's own activation when it has one
+// (backend_with_activation: the act(g) passed in then has the bits its dense path computes,
+// so keep-all equals dense), else the scalar functions of core/activation.hpp.
 template <class Backend>
 void activate(const Backend& backend, activation act, std::span<float> v) {
-  if constexpr (requires { backend.activate(act, v); }) {
+  if constexpr (backend_with_activation<Backend>) {
     backend.activate(act, v);
   } else {
     for (float& value : v) value = apply(act, value);
@@ -67,25 +46,36 @@ void activate(const Backend& backend, activation act, std::span<float> v) {
 
 }  // namespace detail
 
-template <class Scorer, class Selector, class Backend>
+template <class Scorer, class Selector, class Backend, class Schedule = uniform_schedule>
 struct neuron_sparse_ffn {
-  ACTSPARSE_REQUIRE_IMPORTANCE_SCORER(Scorer);
+  ACTSPARSE_REQUIRE_NEURON_SCORER(Scorer);
   ACTSPARSE_REQUIRE_SELECTOR(Selector);
+  ACTSPARSE_REQUIRE_LAYER_SCHEDULE(Schedule);
+  ACTSPARSE_REQUIRE_CONFIGURES(typename Schedule::value_type, Selector);
   ACTSPARSE_REQUIRE_BACKEND_FOR(Backend, gemv_args);
   ACTSPARSE_REQUIRE_BACKEND_FOR(Backend, gated_ffn_args);
 
   Scorer scorer;
-  Selector selector;
+  Selector selector;  // the base selector; schedule.at(layer) configures it per layer
   score_source source = score_source::gate_activation;
   Backend backend{};
+  Schedule schedule{};
 
-  // One token: writes y (d_model) and the neurons kept into `kept`. Returns the backend's
-  // status: not_handled means the engine should run its own kernel.
-  status operator()(const ffn_weights& w, std::span<const float> x, std::span<float> y, selection& kept, ffn_scratch& s,
-                    typename Backend::executor_type& ex) const {
+  // One token of layer `layer`: writes y (d_model) and the neurons kept into `kept`. A layer
+  // the schedule marks dense runs every neuron (kept: all, fallback dense_layer). Returns the
+  // backend's status: not_handled means the engine should run its own kernel.
+  status operator()(std::size_t layer, const ffn_layer& w, std::span<const float> x, std::span<float> y,
+                    selection& kept, ffn_scratch& s, typename Backend::executor_type& ex) const {
+    const auto setting = schedule.at(layer);
+    if (layer_is_dense(setting)) {
+      kept.reset(w.d_ff());
+      kept.keep_all(w.d_ff(), fallback_reason::dense_layer);
+      return run(backend, gated_ffn_args{w, x, y, subset::everything()}, s.workspace, ex);
+    }
+    const Selector layer_select = layer_selector(selector, setting);
     const std::size_t d_ff = w.d_ff();
     s.gate.resize(d_ff);
-    status st = detail::run_op(backend, gemv_args{w.gate, x, s.gate, subset::everything()}, s.workspace, ex);
+    status st = run(backend, gemv_args{w.gate, x, s.gate, subset::everything()}, s.workspace, ex);
     if (!st) return st;
     std::span<const float> values = s.gate;
     if (source == score_source::gate_preactivation) {
@@ -96,31 +86,38 @@ struct neuron_sparse_ffn {
     if (source == score_source::hidden) {
       s.up.resize(d_ff);
       s.hidden.resize(d_ff);
-      st = detail::run_op(backend, gemv_args{w.up, x, s.up, subset::everything()}, s.workspace, ex);
+      st = run(backend, gemv_args{w.up, x, s.up, subset::everything()}, s.workspace, ex);
       if (!st) return st;
       for (std::size_t j = 0; j < d_ff; ++j) s.hidden[j] = s.gate[j] * s.up[j];
       values = s.hidden;
     }
-    const auto input = detail::score_input<Scorer>(values, w.act);
+    const auto input = neuron_input<Scorer>(values, w.act);
     const std::size_t n = scorer.score_count(input);
     detail::require(n == d_ff, "neuron_sparse_ffn", "scorer.score_count()", n, "d_ff (one score per neuron)");
     s.scores.resize(n);
     scorer.score(input, s.scores);
-    selector.select(std::span<const float>(s.scores), kept);
-    gated_ffn_args args{w.act, w.gate, w.up, w.down, x, y, subset::only(kept.indices), s.gate, w.down_t};
-    return detail::run_op(backend, args, s.workspace, ex);
+    layer_select.select(std::span<const float>(s.scores), kept);
+    return run(backend, gated_ffn_args{w, x, y, subset::only(kept.indices), s.gate}, s.workspace, ex);
+  }
+
+  // The same for an op whose schedule is uniform (every layer alike): no layer to name.
+  status operator()(const ffn_layer& w, std::span<const float> x, std::span<float> y, selection& kept, ffn_scratch& s,
+                    typename Backend::executor_type& ex) const requires std::same_as<Schedule, uniform_schedule> {
+    return (*this)(0, w, x, y, kept, s, ex);
   }
 };
 
 template <class Scorer, class Selector, class Backend>
 neuron_sparse_ffn(Scorer, Selector, score_source, Backend) -> neuron_sparse_ffn<Scorer, Selector, Backend>;
+template <class Scorer, class Selector, class Backend, class Schedule>
+neuron_sparse_ffn(Scorer, Selector, score_source, Backend, Schedule)
+    -> neuron_sparse_ffn<Scorer, Selector, Backend, Schedule>;
 
 // The dense FFN with the same interface (every neuron).
 template <class Backend>
-status dense_ffn(const Backend& backend, const ffn_weights& w, std::span<const float> x, std::span<float> y,
+status dense_ffn(const Backend& backend, const ffn_layer& w, std::span<const float> x, std::span<float> y,
                  ffn_scratch& s, typename Backend::executor_type& ex) {
-  gated_ffn_args args{w.act, w.gate, w.up, w.down, x, y, subset::everything(), {}, w.down_t};
-  return detail::run_op(backend, args, s.workspace, ex);
+  return run(backend, gated_ffn_args{w, x, y, subset::everything()}, s.workspace, ex);
 }
 
 }  // namespace actsparse

@@ -5,6 +5,7 @@
 
 #include <actsparse/core/concepts.hpp>
 #include <actsparse/core/error.hpp>
+#include <actsparse/selectors/cumulative_mass.hpp>
 
 #include <array>
 #include <cstddef>
@@ -103,5 +104,10 @@ struct depth_schedule {
 };
 
 ACTSPARSE_REQUIRE_LAYER_SCHEDULE(depth_schedule);
+
+// A layer's policy configures a cumulative_mass selector (layer_is_dense reads `dense`).
+[[nodiscard]] inline cumulative_mass configure(const cumulative_mass& /*base*/, const layer_policy& p) noexcept {
+  return cumulative_mass{p.mass, p.recent_n, p.min_keep};
+}
 
 }  // namespace actsparse

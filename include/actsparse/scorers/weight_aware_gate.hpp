@@ -73,6 +73,10 @@ class weight_aware_gate {
   // ‖W_up[j, :]‖₂ · ‖W_down[:, j]‖₂ (divided by their mean with normalize).
   [[nodiscard]] std::span<const float> neuron_norms() const noexcept { return norms_; }
 
+  // How a neuron-sparse op builds the input from the values it computed (neuron_scorer): it
+  // passes the gate pre-activation (score_source::gate_preactivation) and the activation.
+  [[nodiscard]] static input_type neuron_input(std::span<const float> g, activation act) noexcept { return {g, act}; }
+
   [[nodiscard]] std::size_t score_count(const input_type&) const noexcept { return norms_.size(); }
 
   void score(const input_type& in, std::span<float> out) const {
@@ -92,6 +96,6 @@ class weight_aware_gate {
   std::vector<float> norms_;
 };
 
-ACTSPARSE_REQUIRE_IMPORTANCE_SCORER(weight_aware_gate);
+ACTSPARSE_REQUIRE_NEURON_SCORER(weight_aware_gate);
 
 }  // namespace actsparse

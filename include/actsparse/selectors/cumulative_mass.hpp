@@ -139,6 +139,13 @@ struct cumulative_mass {
   }
 };
 
+// A per-layer mass (per_layer_table<double>) configures it; recent_n and min_keep stay the base's.
+[[nodiscard]] inline cumulative_mass configure(const cumulative_mass& base, double mass) noexcept {
+  cumulative_mass s = base;
+  s.mass = mass;
+  return s;
+}
+
 ACTSPARSE_REQUIRE_SELECTOR(cumulative_mass);
 
 }  // namespace actsparse

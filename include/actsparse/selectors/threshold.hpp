@@ -62,6 +62,9 @@ struct threshold {
   }
 };
 
+// A per-layer threshold (per_layer_table<float>, what calibration writes) configures it.
+[[nodiscard]] inline threshold configure(const threshold& /*base*/, float t) noexcept { return threshold{t}; }
+
 ACTSPARSE_REQUIRE_SELECTOR(threshold);
 
 }  // namespace actsparse

@@ -81,6 +81,13 @@ struct top_k {
   }
 };
 
+// A per-layer count (per_layer_table<std::size_t>) configures it.
+[[nodiscard]] inline top_k configure(const top_k& base, std::size_t k) noexcept {
+  top_k s = base;
+  s.k = k;
+  return s;
+}
+
 ACTSPARSE_REQUIRE_SELECTOR(top_k);
 
 }  // namespace actsparse

@@ -6,6 +6,11 @@
 //   executor{pool}                a thread_pool runs them (a short spin, then blocking waits)
 //   executor::split({ith, nth})   the engine calls the kernel from each of its nth threads;
 //                                 this one runs its contiguous share (ggml's ith / nth)
+//   executor::split({ith, nth}, barrier)
+//                                 the same, with the engine's barrier across its nth threads
+//                                 (ggml_barrier): kernels with phases (the gated FFN, the
+//                                 token FFN) then run too, each thread passing the same
+//                                 workspace; sync() waits at the barrier between phases
 
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/executor.hpp>
@@ -33,8 +38,10 @@ class thread_pool {
   // threads: how many threads run a job, the caller included (>= 1).
   explicit thread_pool(std::size_t threads, std::chrono::microseconds spin = default_spin)
       : threads_(threads), spin_(spin) {
-    detail::require(threads >= 1, "cpu::thread_pool", "threads", threads, "at least 1 (the calling thread)");
-    detail::require(spin.count() >= 0, "cpu::thread_pool", "spin (microseconds)", spin.count(), "at least 0");
+    ::actsparse::detail::require(threads >= 1, "cpu::thread_pool", "threads", threads,
+                                 "at least 1 (the calling thread)");
+    ::actsparse::detail::require(spin.count() >= 0, "cpu::thread_pool", "spin (microseconds)", spin.count(),
+                                 "at least 0");
     workers_.reserve(threads - 1);
     for (std::size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
   }
@@ -155,15 +162,24 @@ class thread_pool {
   std::exception_ptr error_;
 };
 
+// The engine's barrier across the threads of a split: wait(context) returns once every one
+// of the nth threads has called it (ggml: [](void* tp) { ggml_barrier(tp); } with the
+// threadpool as context).
+struct barrier {
+  void (*wait)(void* context) = nullptr;
+  void* context = nullptr;
+};
+
 class executor {
  public:
   executor() = default;                                            // the calling thread runs every task
   explicit executor(thread_pool& pool) noexcept : pool_(&pool) {}  // the pool runs them
-  static executor split(thread_split s) {
-    detail::require(s.count >= 1 && s.index < s.count, "cpu::executor::split", "index", s.index,
-                    "index < count (count = " + std::to_string(s.count) + ")");
+  static executor split(thread_split s, barrier b = {}) {
+    ::actsparse::detail::require(s.count >= 1 && s.index < s.count, "cpu::executor::split", "index", s.index,
+                                 "index < count (count = " + std::to_string(s.count) + ")");
     executor e;
     e.split_ = s;
+    e.barrier_ = b;
     return e;
   }
 
@@ -174,6 +190,15 @@ class executor {
   // Whether this thread runs only its share of each job: then a kernel whose second phase
   // reads the first phase's output needs the engine's barrier between two calls.
   [[nodiscard]] bool splits_work() const noexcept { return pool_ == nullptr && split_.count > 1; }
+  // Whether a kernel with phases can run here: every executor but a split without a barrier.
+  [[nodiscard]] bool can_sync() const noexcept { return !splits_work() || barrier_.wait != nullptr; }
+  // Between two phases: waits at the engine's barrier under a split (every parallel_for of a
+  // pool or of the calling thread has finished all its tasks when it returns).
+  void sync() const {
+    if (splits_work() && barrier_.wait != nullptr) barrier_.wait(barrier_.context);
+  }
+  // This thread's index in a split (0 otherwise).
+  [[nodiscard]] std::size_t thread_index() const noexcept { return pool_ == nullptr ? split_.index : 0; }
 
   template <class F>
   void parallel_for(std::size_t n, F&& task) const {
@@ -187,6 +212,7 @@ class executor {
  private:
   thread_pool* pool_ = nullptr;
   thread_split split_{};
+  barrier barrier_{};
 };
 
 static_assert(actsparse::executor<executor>);

@@ -6,6 +6,8 @@
 // picks the best one the CPU supports at run time; it links hwy::hwy. Engines that build
 // one binary per ISA (as ggml does) also define ACTSPARSE_CPU_STATIC_DISPATCH and compile
 // this translation unit with that ISA's flags: only the static target is built.
+// The translation unit also installs the backend's selection passes for the selectors
+// (core/selection_passes.hpp) at static initialization, where the target has them.
 // Without ACTSPARSE_CPU_IMPLEMENTATION this header defines nothing.
 
 #ifdef ACTSPARSE_CPU_IMPLEMENTATION
@@ -15,12 +17,18 @@
 #define HWY_WANT_AVX3_DL  // AVX-512 VNNI / BF16 targets (Debian's Highway 1.0.3 skips them otherwise)
 #endif
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "actsparse/backends/cpu/gemv-inl.h"
+#define HWY_TARGET_INCLUDE "actsparse/backends/cpu/kernels-inl.h"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #endif
 
-#include <actsparse/backends/cpu/gemv-inl.h>
+#include <actsparse/backends/cpu/kernels-inl.h>
 #include <actsparse/backends/cpu/backend.hpp>
+#include <actsparse/backends/cpu/dispatch.hpp>
+#include <actsparse/backends/cpu/dtypes.hpp>
+#include <actsparse/core/error.hpp>
+
+#include <string>
+#include <string_view>
 
 #include <hwy/highway.h>
 
@@ -37,46 +45,69 @@ HWY_EXPORT(quantize_q8_0_x);
 HWY_EXPORT(gemv_rows_q8x);
 HWY_EXPORT(gemv_rows_interleaved);
 HWY_EXPORT(activate);
+HWY_EXPORT(selection_table);
 #define ACTSPARSE_CPU_DISPATCH(f) HWY_DYNAMIC_DISPATCH(f)
 #endif
 
-void dispatch_gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
-                        const float* x, float* y) {
-  ACTSPARSE_CPU_DISPATCH(gemv_rows)(w, rows, begin, end, x, y);
+namespace detail {
+
+void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end, const float* x,
+               float* y, const kernel_tuning& t) {
+  if (!support(w.type).f32_activations) {
+    ::actsparse::detail::fail("cpu::gemv_rows", "w.type", name(w.type), "a dtype with CPU kernels (cpu/dtypes.hpp)");
+  }
+  ACTSPARSE_CPU_DISPATCH(gemv_rows)(w, rows, begin, end, x, y, t);
 }
-void dispatch_axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef,
-                        std::size_t col_begin, std::size_t col_end, float* y) {
-  ACTSPARSE_CPU_DISPATCH(axpy_rows)(wt, rows, count, coef, col_begin, col_end, y);
+void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef,
+               std::size_t col_begin, std::size_t col_end, float* y, const kernel_tuning& t) {
+  if (!support(wt.type).f32_activations) {
+    ::actsparse::detail::fail("cpu::axpy_rows", "wt.type", name(wt.type), "a dtype with CPU kernels (cpu/dtypes.hpp)");
+  }
+  ACTSPARSE_CPU_DISPATCH(axpy_rows)(wt, rows, count, coef, col_begin, col_end, y, t);
 }
-bool dispatch_fused_multiply_add() { return ACTSPARSE_CPU_DISPATCH(fused_multiply_add)(); }
-void dispatch_quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d) {
-  detail::require(n % 32 == 0, "cpu::quantize_q8_0_x", "n", n, "a multiple of 32 (whole blocks of x)");
+bool fused_multiply_add() { return ACTSPARSE_CPU_DISPATCH(fused_multiply_add)(); }
+void quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d) {
+  ::actsparse::detail::require(n % 32 == 0, "cpu::quantize_q8_0_x", "n", n, "a multiple of 32 (whole blocks of x)");
   ACTSPARSE_CPU_DISPATCH(quantize_q8_0_x)(x, n, q, d);
 }
-void dispatch_gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
-                            const std::int8_t* xq, const float* xd, float* y) {
+void gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
+                   const std::int8_t* xq, const float* xd, float* y, const kernel_tuning& t) {
   constexpr std::string_view where = "cpu::gemv_rows_q8x";
-  if (w.type != dtype::q8_0 && w.type != dtype::q4_0) {
-    detail::fail(where, "w.type", name(w.type), "q8_0 or q4_0 (the weight dtypes of the integer GEMV)");
+  if (!support(w.type).int8_activations) {
+    ::actsparse::detail::fail(where, "w.type", name(w.type), "q8_0 or q4_0 (the weight dtypes of the integer GEMV)");
   }
-  detail::require(w.cols % 32 == 0, where, "w.cols", w.cols, "a multiple of 32 (whole blocks)");
-  ACTSPARSE_CPU_DISPATCH(gemv_rows_q8x)(w, rows, begin, end, xq, xd, y);
+  ::actsparse::detail::require(w.cols % 32 == 0, where, "w.cols", w.cols, "a multiple of 32 (whole blocks)");
+  ACTSPARSE_CPU_DISPATCH(gemv_rows_q8x)(w, rows, begin, end, xq, xd, y, t);
 }
-void dispatch_gemv_rows_interleaved(const weight_view& w, std::size_t begin, std::size_t end, const std::int8_t* xq,
-                                    const float* xd, const std::int32_t* xs, float* y) {
+void gemv_rows_interleaved(const interleaved_view& w, std::size_t begin, std::size_t end, const std::int8_t* xq,
+                           const float* xd, const std::int32_t* xs, float* y, const kernel_tuning& t) {
   constexpr std::string_view where = "cpu::gemv_rows_interleaved";
-  if (!has_interleaved(w)) {
-    detail::fail(where, "w",
-                 std::string(name(w.type)) + (w.interleaved == nullptr ? " without" : " with") + " an interleaved copy",
-                 "q8_0 or q4_0 with weight_view::interleaved set (cpu::interleave_rows)");
+  if (!support(w.type).interleaved || w.data == nullptr) {
+    ::actsparse::detail::fail_described(
+        where, "w", std::string(name(w.type)) + (w.data == nullptr ? " without interleaved bytes" : " weights"),
+        "the interleaved copy of a q8_0 or q4_0 matrix (cpu::interleave_rows)");
   }
-  detail::require(w.cols % 32 == 0, where, "w.cols", w.cols, "a multiple of 32 (whole blocks)");
-  detail::require(begin % 16 == 0, where, "begin", begin, "a multiple of 16 (the first row of a group of 16)");
-  detail::require(begin <= end && end <= w.rows, where, "end", end,
-                  "in [begin, w.rows] = [" + std::to_string(begin) + ", " + std::to_string(w.rows) + "]");
-  ACTSPARSE_CPU_DISPATCH(gemv_rows_interleaved)(w, begin, end, xq, xd, xs, y);
+  ::actsparse::detail::require(w.cols % 32 == 0, where, "w.cols", w.cols, "a multiple of 32 (whole blocks)");
+  ::actsparse::detail::require(begin % 16 == 0, where, "begin", begin,
+                               "a multiple of 16 (the first row of a group of 16)");
+  ::actsparse::detail::require(begin <= end && end <= w.rows, where, "end", end,
+                               "in [begin, w.rows] = [" + std::to_string(begin) + ", " + std::to_string(w.rows) + "]");
+  ACTSPARSE_CPU_DISPATCH(gemv_rows_interleaved)(w, begin, end, xq, xd, xs, y, t);
 }
-void dispatch_activate(activation a, float* v, std::size_t n) { ACTSPARSE_CPU_DISPATCH(activate)(a, v, n); }
+void activate(activation a, float* v, std::size_t n) { ACTSPARSE_CPU_DISPATCH(activate)(a, v, n); }
+const selection_passes* selection_table() { return ACTSPARSE_CPU_DISPATCH(selection_table)(); }
+
+// Installs the selection passes when the program starts (a function-local static would wait
+// for the first CPU call; the selectors may run before any).
+inline const bool selection_installed = [] {
+  install_selection_passes(selection_table());
+  return true;
+}();
+
+}  // namespace detail
+
+void use_simd_selection(bool on) { install_selection_passes(on ? detail::selection_table() : nullptr); }
+
 #undef ACTSPARSE_CPU_DISPATCH
 
 }  // namespace actsparse::cpu

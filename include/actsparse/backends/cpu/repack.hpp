@@ -1,9 +1,8 @@
 #pragma once
-// Load-time repacking for the CPU backend: Wt = Wᵀ in the same dtype, so that the
+// Load-time transposition for the CPU backend: Wt = Wᵀ in the same dtype, so that the
 // input-sparse linear (TEAL) and the down projection of a sparse FFN read one contiguous
 // row per kept input channel (for q8_0 / q4_0 the transpose is requantized: lossy, see
-// transpose); and q8_0 / q4_0 rows interleaved 16 at a time for the dense integer GEMV
-// (interleave_rows: lossless).
+// transpose). The interleaved layout of the dense integer GEMV is in layouts.hpp.
 
 #include <actsparse/core/dtype.hpp>
 #include <actsparse/core/error.hpp>
@@ -66,9 +65,10 @@ template <class B>
   validate(w, where, "w");
   if (block_values(w.type) != 1) {
     if (w.rows % qk8_0 != 0) {
-      detail::fail_described(where, "w.rows", std::to_string(w.rows) + " rows of " + std::string(name(w.type)),
-                             "a multiple of 32 rows: the rows of the transpose, W's columns, are requantized in "
-                             "blocks of 32 values");
+      ::actsparse::detail::fail_described(
+          where, "w.rows", std::to_string(w.rows) + " rows of " + std::string(name(w.type)),
+          "a multiple of 32 rows: the rows of the transpose, W's columns, are requantized in "
+          "blocks of 32 values");
     }
     if (w.type == dtype::q8_0) return transpose_requantized<block_q8_0>(w);
     return transpose_requantized<block_q4_0>(w);
@@ -83,111 +83,6 @@ template <class B>
       std::memcpy(t.bytes.data() + (j * w.rows + i) * e, src + i * w.row_stride + j * e, e);
   }
   return t;
-}
-
-// --- q8_0 / q4_0 rows interleaved 16 at a time (weight_view::interleaved) -------------------
-// The layout the CPU backend's dense integer GEMV reads: per group of 16 rows g and block b,
-// at byte (g·blocks + b)·16·sizeof(block), the 16 rows' f16 scales (32 bytes, row order),
-// then chunks of 64 bytes in which bytes 4i .. 4i + 3 belong to row i:
-//   q4_0: 4 chunks; chunk c, byte 4i + k holds the nibble of value 8c + k of row i's block in
-//         its low half and that of value 8c + 4 + k in its high half;
-//   q8_0: 8 chunks; chunk c, byte 4i + k holds value 4c + k (int8, as stored).
-// One 64-byte load then gives, per 32-bit lane i, four consecutive values of row i (q4_0: and
-// the next four in the high halves): one VNNI dot product (vpdpbusd) covers 4 values of 16 rows
-// against 4 values of x broadcast, and the 16 scales convert in one instruction. Rows past the
-// last (to a multiple of 16) hold scale 0. The same bytes as the source, rearranged (lossless),
-// so it costs memory equal to the source's blocks. Row gathers cannot use it: a single row's
-// bytes are spread over its group's bytes of every block.
-inline constexpr std::size_t interleave_group_rows = 16;
-
-// Bytes of a q8_0 / q4_0 matrix of rows × cols interleaved.
-[[nodiscard]] constexpr std::size_t interleaved_bytes(dtype t, std::size_t rows, std::size_t cols) noexcept {
-  return (rows + interleave_group_rows - 1) / interleave_group_rows * interleave_group_rows * row_bytes(t, cols);
-}
-
-// The interleaved copy, and the source view with weight_view::interleaved pointing at it.
-struct interleaved_weights {
-  std::vector<std::byte> bytes;
-  weight_view view;
-};
-
-// Offset of value v's byte of row r in its group's block (after the 32 bytes of scales), and
-// for q4_0 whether it is the high nibble.
-struct interleaved_place {
-  std::size_t offset;
-  bool high;
-};
-[[nodiscard]] constexpr interleaved_place interleaved_place_of(dtype t, std::size_t r, std::size_t v) noexcept {
-  if (t == dtype::q8_0) return {2 * interleave_group_rows + 64 * (v / 4) + 4 * r + v % 4, false};
-  return {2 * interleave_group_rows + 64 * (v / 8) + 4 * r + v % 4, v % 8 >= 4};
-}
-
-// Builds the interleaved copy of a q8_0 / q4_0 matrix (any row stride; cols a multiple of
-// 32, at least one row). Keep the result alive while its view is used (moving it keeps the
-// bytes).
-[[nodiscard]] inline interleaved_weights interleave_rows(const weight_view& w) {
-  constexpr std::string_view where = "cpu::interleave_rows";
-  validate(w, where, "w");
-  if (w.type != dtype::q4_0 && w.type != dtype::q8_0) {
-    detail::fail(where, "w.type", name(w.type), "q8_0 or q4_0 (the dtypes with an interleaved layout)");
-  }
-  detail::require(w.rows > 0 && w.cols > 0, where, "w.rows * w.cols", w.rows * w.cols,
-                  "a non-empty matrix (at least one row of one block)");
-  const std::size_t blocks = w.cols / qk4_0;
-  const std::size_t block = block_bytes(w.type);
-  const std::size_t group_block = interleave_group_rows * block;
-  interleaved_weights out;
-  out.bytes.assign(interleaved_bytes(w.type, w.rows, w.cols), std::byte{0});
-  const auto* src = static_cast<const std::byte*>(w.data);
-  for (std::size_t i = 0; i < w.rows; ++i) {
-    const std::size_t g = i / interleave_group_rows;
-    const std::size_t r = i % interleave_group_rows;
-    for (std::size_t b = 0; b < blocks; ++b) {
-      const std::byte* blk = src + i * w.row_stride + b * block;  // d, then the quants
-      std::byte* const at = out.bytes.data() + (g * blocks + b) * group_block;
-      std::memcpy(at + r * sizeof(f16), blk, sizeof(f16));
-      for (std::size_t v = 0; v < qk4_0; ++v) {
-        const interleaved_place to = interleaved_place_of(w.type, r, v);
-        if (w.type == dtype::q8_0) {
-          at[to.offset] = blk[sizeof(f16) + v];
-        } else {  // value v's stored nibble (q + 8)
-          const auto byte = static_cast<unsigned>(blk[sizeof(f16) + v % (qk4_0 / 2)]);
-          const unsigned n = v < qk4_0 / 2 ? byte & 0x0fU : byte >> 4;
-          at[to.offset] |= static_cast<std::byte>(to.high ? n << 4 : n);
-        }
-      }
-    }
-  }
-  out.view = w;
-  out.view.interleaved = out.bytes.data();
-  return out;
-}
-
-// Row `row` of an interleaved q8_0 / q4_0 matrix of `cols` values read back into ggml blocks
-// (cols / 32 of them, row_bytes(t, cols) bytes at `out`): the inverse of interleave_rows, for
-// checks and for engines that keep only the interleaved copy.
-inline void deinterleave_row(dtype t, const void* interleaved, std::size_t cols, std::size_t row, std::byte* out) {
-  const std::size_t blocks = cols / qk4_0;
-  const std::size_t block = block_bytes(t);
-  const std::size_t g = row / interleave_group_rows;
-  const std::size_t r = row % interleave_group_rows;
-  const auto* base = static_cast<const std::byte*>(interleaved);
-  for (std::size_t b = 0; b < blocks; ++b) {
-    const std::byte* at = base + (g * blocks + b) * interleave_group_rows * block;
-    std::byte* const blk = out + b * block;
-    std::memcpy(blk, at + r * sizeof(f16), sizeof(f16));
-    if (t == dtype::q4_0) std::memset(blk + sizeof(f16), 0, qk4_0 / 2);
-    for (std::size_t v = 0; v < qk4_0; ++v) {
-      const interleaved_place from = interleaved_place_of(t, r, v);
-      if (t == dtype::q8_0) {
-        blk[sizeof(f16) + v] = at[from.offset];
-      } else {
-        const auto byte = static_cast<unsigned>(at[from.offset]);
-        const unsigned n = from.high ? byte >> 4 : byte & 0x0fU;
-        blk[sizeof(f16) + v % (qk4_0 / 2)] |= static_cast<std::byte>(v < qk4_0 / 2 ? n : n << 4);
-      }
-    }
-  }
 }
 
 }  // namespace actsparse::cpu

@@ -131,17 +131,11 @@ class context {
   // Whether a context can be created (the driver loads, cuInit succeeds, a device exists);
   // never throws.
   [[nodiscard]] static probe_result probe(int device = 0) {
-    const driver_api& d = driver();
-    if (!d.available) return {false, "no CUDA device: " + d.reason};
-    if (const CUresult rc = d.init(0); rc != driver_constants::success)
-      return {false, "no CUDA device: cuInit failed: " + driver_message(d, rc)};
-    int n = 0;
-    if (const CUresult rc = d.device_get_count(&n); rc != driver_constants::success)
-      return {false, "no CUDA device: cuDeviceGetCount failed: " + driver_message(d, rc)};
-    if (n == 0) return {false, "no CUDA device: the CUDA driver reports no device"};
-    if (device < 0 || device >= n)
-      return {false,
-              "no CUDA device: device " + std::to_string(device) + " asked, the driver sees " + std::to_string(n)};
+    const device_report r = device_count();
+    if (r.count == 0) return {false, "no CUDA device: " + r.reason};
+    if (device < 0 || device >= r.count)
+      return {false, "no CUDA device: device " + std::to_string(device) + " asked, the driver sees " +
+                         std::to_string(r.count)};
     return {true, {}};
   }
 
@@ -168,7 +162,7 @@ class context {
   void synchronize() const { check(api(), api().stream_synchronize(state_->stream), "cuStreamSynchronize"); }
 
   // The kernels of a config, in kernel_names() order: compiled and loaded on first use.
-  [[nodiscard]] const std::vector<CUfunction>& functions(const kernel_config& c) {
+  [[nodiscard]] const std::vector<CUfunction>& functions(const gpu::kernel_config& c) {
     const std::vector<std::string> names = kernel_names(c);
     std::string key;
     for (const auto& n : names) key.append(n).append(1, ' ');

@@ -233,4 +233,23 @@ inline void check(const driver_api& d, CUresult rc, std::string_view call) {
   if (rc != driver_constants::success) throw driver_error(std::string(call), rc, driver_message(d, rc));
 }
 
+struct device_report {
+  int count = 0;
+  std::string reason;  // why count is 0
+};
+
+// The number of CUDA devices the driver (driver(): libcuda, opened once, or the installed
+// table) sees; 0 and the reason when there is no driver or no device. Does not throw.
+[[nodiscard]] inline device_report device_count() {
+  const driver_api& d = driver();
+  if (!d.available) return {0, d.reason};
+  if (const CUresult rc = d.init(0); rc != driver_constants::success)
+    return {0, "cuInit failed: " + driver_message(d, rc)};
+  int n = 0;
+  if (const CUresult rc = d.device_get_count(&n); rc != driver_constants::success)
+    return {0, "cuDeviceGetCount failed: " + driver_message(d, rc)};
+  if (n == 0) return {0, "the CUDA driver reports no device"};
+  return {n, {}};
+}
+
 }  // namespace actsparse::cuda

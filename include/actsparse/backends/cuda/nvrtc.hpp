@@ -1,9 +1,8 @@
 #pragma once
-// Run-time compilation of generated CUDA source to PTX with NVRTC, and a probe of the CUDA
-// driver. Both libraries are opened with dlopen, so this header needs neither the CUDA
-// toolkit to build nor a GPU to run: without libnvrtc, nvrtc_info() says why and
-// compile_to_ptx() throws cuda::unavailable; without libcuda, device_count() reports 0 and
-// the reason. The few NVRTC / driver prototypes used are declared here (ABI-stable C API).
+// Run-time compilation of generated CUDA source to PTX with NVRTC. libnvrtc is opened with
+// dlopen, so this header needs neither the CUDA toolkit to build nor a GPU to run: without
+// libnvrtc, nvrtc_info() says why and compile_to_ptx() throws cuda::unavailable. The few NVRTC
+// prototypes used are declared here (ABI-stable C API). The driver (libcuda) is driver.hpp's.
 // Programs that use it link the dynamic loader (${CMAKE_DL_LIBS}; part of libc since glibc 2.34).
 
 #include <actsparse/core/error.hpp>
@@ -221,29 +220,6 @@ inline void clear_ptx_cache() {
   const std::scoped_lock lock(cache.mutex);
   cache.entries.insert_or_assign(hash, detail::ptx_cache::entry{std::move(key), result});
   return result;
-}
-
-struct device_report {
-  int count = 0;
-  std::string reason;  // why count is 0
-};
-
-// The number of CUDA devices the driver sees; 0 and the reason when there is no driver or
-// no device. Does not throw.
-[[nodiscard]] inline device_report device_count() {
-  // libcuda stays loaded once opened: unloading a CUDA driver in a running process is unsafe.
-  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) return {0, "no CUDA driver (libcuda.so.1 not found)"};
-  using init_fn = int (*)(unsigned int);
-  using count_fn = int (*)(int*);
-  auto init = reinterpret_cast<init_fn>(dlsym(handle, "cuInit"));
-  auto count = reinterpret_cast<count_fn>(dlsym(handle, "cuDeviceGetCount"));
-  if (init == nullptr || count == nullptr) return {0, "libcuda.so.1 lacks cuInit or cuDeviceGetCount"};
-  if (const int rc = init(0); rc != 0) return {0, "cuInit failed (CUresult " + std::to_string(rc) + ")"};
-  int n = 0;
-  if (const int rc = count(&n); rc != 0) return {0, "cuDeviceGetCount failed (CUresult " + std::to_string(rc) + ")"};
-  if (n == 0) return {0, "the CUDA driver reports no device"};
-  return {n, {}};
 }
 
 }  // namespace actsparse::cuda

@@ -59,7 +59,7 @@ class runtime {
   explicit runtime(id<MTLDevice> device) : device_(device) {}
 
   // Compiles generate_metal(c) and makes a pipeline for each of its kernels not made yet.
-  void prepare(const kernel_config& c) {
+  void prepare(const gpu::kernel_config& c) {
     const std::vector<std::string> names = metal::kernel_names(c);  // validates c
     bool all_made = true;
     for (const auto& n : names) all_made = all_made && pipelines_.count(n) != 0;

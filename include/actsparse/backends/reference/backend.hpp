@@ -4,7 +4,8 @@
 // takes all its scratch from the caller's workspace:
 //   can_implement(args) -> status   (not_handled only for a dtype / activation it does not know)
 //   workspace_size(args) -> bytes   (f32 scratch: one dequantized row, plus the hidden vector)
-//   run(args, workspace, executor)  (checks args, throws actsparse::error when one is wrong)
+//   run(args, workspace, executor)  (checks every argument, index lists included: the oracle is
+//                                    not a hot path; throws actsparse::error when one is wrong)
 
 #include <actsparse/backends/reference/kernels.hpp>
 #include <actsparse/core/check_args.hpp>
@@ -26,18 +27,9 @@
 namespace actsparse {
 namespace reference {
 
-// Whether the reference kernels know this dtype / activation (every value core defines).
-[[nodiscard]] constexpr bool handles(dtype t) noexcept {
-  switch (t) {
-    case dtype::f32:
-    case dtype::bf16:
-    case dtype::f16:
-    case dtype::q8_0:
-    case dtype::q4_0:
-      return true;
-  }
-  return false;
-}
+// Whether the reference kernels know this dtype / activation: every dtype of core's table
+// (their rows convert through dtype_traits) and every activation.
+[[nodiscard]] constexpr bool handles(dtype t) noexcept { return info(t).block_bytes != 0; }
 
 [[nodiscard]] constexpr bool handles(activation a) noexcept {
   switch (a) {
@@ -82,7 +74,7 @@ namespace detail {
 
 struct reference_backend {
   static constexpr std::string_view name = "reference";
-  static constexpr memory_space memory = memory_space::host;
+  using memory_space = host_memory;
   using executor_type = inline_executor;
 
   // --- y = W[rows, :] x ---------------------------------------------------------------------
@@ -95,7 +87,6 @@ struct reference_backend {
   }
   status run(const gemv_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
     constexpr std::string_view where = "reference::gemv";
-    if (const status s = can_implement(a); !s) return s;
     ::actsparse::check_arguments(a, where);
     const std::span<float> row = reference::detail::scratch(workspace, scratch_floats(a), where);
     if (a.rows.all) {
@@ -116,7 +107,6 @@ struct reference_backend {
   }
   status run(const linear_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
     constexpr std::string_view where = "reference::linear";
-    if (const status s = can_implement(a); !s) return s;
     ::actsparse::check_arguments(a, where);
     const std::span<float> row = reference::detail::scratch(workspace, scratch_floats(a), where);
     if (a.inputs.all) {
@@ -136,7 +126,6 @@ struct reference_backend {
   }
   status run(const transposed_linear_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
     constexpr std::string_view where = "reference::transposed_linear";
-    if (const status s = can_implement(a); !s) return s;
     ::actsparse::check_arguments(a, where);
     const std::span<float> row = reference::detail::scratch(workspace, a.wt.cols, where);
     reference::transposed_linear(a.wt, a.inputs, a.x, a.y, row);
@@ -144,23 +133,20 @@ struct reference_backend {
   }
 
   // --- y = W_down (act(W_gate x) ⊙ W_up x) over the kept neurons ----------------------------
-  [[nodiscard]] status can_implement(const gated_ffn_args& a) const noexcept {
-    return ffn_status(a.act, a.gate, a.up, a.down, a.down_t);
-  }
+  [[nodiscard]] status can_implement(const gated_ffn_args& a) const noexcept { return ffn_status(a.weights); }
   // The kept neurons' hidden values, plus one dequantized row of max(d_model, d_ff) values.
   [[nodiscard]] std::size_t workspace_size(const gated_ffn_args& a) const noexcept {
-    return (hidden_floats(a) + reference::detail::row_floats(a.gate)) * sizeof(float);
+    return (hidden_floats(a) + reference::detail::row_floats(a.weights.gate)) * sizeof(float);
   }
   status run(const gated_ffn_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
     constexpr std::string_view where = "reference::gated_ffn";
-    if (const status s = can_implement(a); !s) return s;
     ::actsparse::check_arguments(a, where);
     const std::size_t nh = hidden_floats(a);
     const std::span<float> all =
-        reference::detail::scratch(workspace, nh + reference::detail::row_floats(a.gate), where);
+        reference::detail::scratch(workspace, nh + reference::detail::row_floats(a.weights.gate), where);
     const std::span<float> h = all.first(nh);
     const std::span<float> row = all.subspan(nh);
-    const reference::gated_weights f{a.act, a.gate, a.up, a.down, a.down_t};
+    const ffn_layer& f = a.weights;
     if (a.neurons.all) {
       reference::dense_gated_ffn(f, a.x, a.gate_act, a.y, h, row);
     } else {
@@ -170,9 +156,7 @@ struct reference_backend {
   }
 
   // --- residual[t] += FFN(input[t]) for the kept tokens -------------------------------------
-  [[nodiscard]] status can_implement(const token_ffn_args& a) const noexcept {
-    return ffn_status(a.act, a.gate, a.up, a.down, a.down_t);
-  }
+  [[nodiscard]] status can_implement(const token_ffn_args& a) const noexcept { return ffn_status(a.weights); }
   // One token's hidden values (d_ff), one dequantized row of max(d_model, d_ff) values and
   // the token's FFN output (d_model); nothing when no token is kept.
   [[nodiscard]] std::size_t workspace_size(const token_ffn_args& a) const noexcept {
@@ -180,31 +164,33 @@ struct reference_backend {
   }
   status run(const token_ffn_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
     constexpr std::string_view where = "reference::token_ffn";
-    if (const status s = can_implement(a); !s) return s;
     ::actsparse::check_arguments(a, where);
     const std::span<float> all = reference::detail::scratch(workspace, scratch_floats(a), where);
     if (all.empty()) return status::ok();
-    const std::span<float> h = all.first(a.gate.rows);
-    const std::span<float> row = all.subspan(a.gate.rows, reference::detail::row_floats(a.gate));
-    const std::span<float> y = all.subspan(a.gate.rows + row.size());
-    reference::token_sparse_ffn({a.act, a.gate, a.up, a.down, a.down_t}, a.input, a.residual, a.tokens, h, row, y);
+    const std::size_t d_ff = a.weights.d_ff();
+    const std::span<float> h = all.first(d_ff);
+    const std::span<float> row = all.subspan(d_ff, reference::detail::row_floats(a.weights.gate));
+    const std::span<float> y = all.subspan(d_ff + row.size());
+    reference::token_sparse_ffn(a.weights, a.input, a.residual, a.tokens, h, row, y);
     return status::ok();
   }
 
-  // Allocates the workspace and runs on an inline_executor: for tests and demos, not hot paths.
+  // can_implement, then run with a workspace of its own on an inline_executor: for tests and
+  // demos, not hot paths (actsparse::run(backend, args) in ops/run.hpp does the same for any
+  // backend).
   template <reference::operation_args Args>
   status run_with_scratch(const Args& args) const {
     std::vector<std::byte> workspace(workspace_size(args));
     inline_executor executor;
+    if (const status can = can_implement(args); !can) return can;
     return run(args, workspace, executor);
   }
 
  private:
-  static constexpr status ffn_status(activation act, const weight_view& gate, const weight_view& up,
-                                     const weight_view& down, const weight_view& down_t) noexcept {
-    if (!reference::handles(act)) return status::not_handled("reference: unknown activation");
-    if (!reference::handles(gate.type) || !reference::handles(up.type) || !reference::handles(down.type) ||
-        !reference::handles(down_t.type)) {
+  static constexpr status ffn_status(const ffn_layer& f) noexcept {
+    if (!reference::handles(f.act)) return status::not_handled("reference: unknown activation");
+    if (!reference::handles(f.gate.type) || !reference::handles(f.up.type) || !reference::handles(f.down.type) ||
+        !reference::handles(f.down_t.type)) {
       return status::not_handled("reference: unknown weight dtype");
     }
     return status::ok();
@@ -214,10 +200,12 @@ struct reference_backend {
     return a.rows.count(a.w.rows) == 0 ? 0 : a.w.cols;
   }
   static constexpr std::size_t scratch_floats(const linear_args& a) noexcept { return a.w.rows == 0 ? 0 : a.w.cols; }
-  static constexpr std::size_t hidden_floats(const gated_ffn_args& a) noexcept { return a.neurons.count(a.gate.rows); }
+  static constexpr std::size_t hidden_floats(const gated_ffn_args& a) noexcept {
+    return a.neurons.count(a.weights.d_ff());
+  }
   static std::size_t scratch_floats(const token_ffn_args& a) noexcept {
     if (a.tokens.count(a.input.rows) == 0) return 0;
-    return a.gate.rows + reference::detail::row_floats(a.gate) + a.gate.cols;
+    return a.weights.d_ff() + reference::detail::row_floats(a.weights.gate) + a.weights.d_model();
   }
 };
 

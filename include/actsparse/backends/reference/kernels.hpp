@@ -102,35 +102,22 @@ inline void transposed_linear(const weight_view& wt, const subset& inputs, std::
   }
 }
 
-// The weights of one gated FFN: gate and up [d_ff × d_model], and the down projection as
-// down [d_model × d_ff] or, when down is absent, as down_t = downᵀ [d_ff × d_model].
-struct gated_weights {
-  activation act = activation::silu;
-  weight_view gate;
-  weight_view up;
-  weight_view down;
-  weight_view down_t{};
-
-  [[nodiscard]] std::size_t d_model() const noexcept { return gate.cols; }
-  [[nodiscard]] std::size_t d_ff() const noexcept { return gate.rows; }
-};
-
 // Neuron j's hidden value act(g_j)·u_j, with g_j = W_gate[j, :]·x unless the activated gate
 // is given (gate_act not empty: act(g_j) = gate_act[j]).
-[[nodiscard]] inline float hidden(const gated_weights& f, std::size_t j, std::span<const float> x,
+[[nodiscard]] inline float hidden(const ffn_layer& f, std::size_t j, std::span<const float> x,
                                   std::span<const float> gate_act, std::span<float> row) noexcept {
   const float a = gate_act.empty() ? apply(f.act, row_dot(f.gate, j, x, row)) : gate_act[j];
   return a * row_dot(f.up, j, x, row);
 }
 
 // h[j] for every neuron j (h.size() = d_ff).
-inline void dense_hidden(const gated_weights& f, std::span<const float> x, std::span<const float> gate_act,
+inline void dense_hidden(const ffn_layer& f, std::span<const float> x, std::span<const float> gate_act,
                          std::span<float> h, std::span<float> row) noexcept {
   for (std::size_t j = 0; j < f.d_ff(); ++j) h[j] = hidden(f, j, x, gate_act, row);
 }
 
 // h[k] for the kept neurons j = neurons[k] only (h.size() = neurons.size()).
-inline void sparse_hidden(const gated_weights& f, std::span<const std::uint32_t> neurons, std::span<const float> x,
+inline void sparse_hidden(const ffn_layer& f, std::span<const std::uint32_t> neurons, std::span<const float> x,
                           std::span<const float> gate_act, std::span<float> h, std::span<float> row) noexcept {
   for (std::size_t k = 0; k < neurons.size(); ++k) h[k] = hidden(f, neurons[k], x, gate_act, row);
 }
@@ -138,7 +125,7 @@ inline void sparse_hidden(const gated_weights& f, std::span<const std::uint32_t>
 // The down projection y = Σ_{k} W_down[:, j_k]·h[k], j_k = neurons ? neurons[k] : k, written as
 // y[i] = Σ_k W_down[i, j_k]·h[k], k ascending from +0: the same chain whether W_down is read by
 // rows (down) or its transpose by rows (down_t). Scratch: row holds max(d_model, d_ff) values.
-inline void down_projection(const gated_weights& f, const std::uint32_t* neurons, std::span<const float> h,
+inline void down_projection(const ffn_layer& f, const std::uint32_t* neurons, std::span<const float> h,
                             std::span<float> y, std::span<float> row) noexcept {
   if (!f.down.absent()) {
     const std::span<float> r = row.first(f.down.cols);
@@ -160,7 +147,7 @@ inline void down_projection(const gated_weights& f, const std::uint32_t* neurons
 
 // Dense gated FFN: y = W_down h, y[i] = Σ_j W_down[i, j]·h[j], j ascending. Scratch: row holds
 // max(d_model, d_ff) values, h holds d_ff.
-inline void dense_gated_ffn(const gated_weights& f, std::span<const float> x, std::span<const float> gate_act,
+inline void dense_gated_ffn(const ffn_layer& f, std::span<const float> x, std::span<const float> gate_act,
                             std::span<float> y, std::span<float> h, std::span<float> row) noexcept {
   dense_hidden(f, x, gate_act, h, row);
   down_projection(f, nullptr, h, y, row);
@@ -169,7 +156,7 @@ inline void dense_gated_ffn(const gated_weights& f, std::span<const float> x, st
 // Neuron-sparse gated FFN: y = Σ_{j ∈ neurons} W_down[:, j]·h_j, computed per output as
 // y[i] = Σ_{j ∈ neurons} W_down[i, j]·h_j, j ascending (the order of dense_gated_ffn). Scratch:
 // row holds max(d_model, d_ff) values, h holds neurons.size().
-inline void neuron_sparse_gated_ffn(const gated_weights& f, std::span<const std::uint32_t> neurons,
+inline void neuron_sparse_gated_ffn(const ffn_layer& f, std::span<const std::uint32_t> neurons,
                                     std::span<const float> x, std::span<const float> gate_act, std::span<float> y,
                                     std::span<float> h, std::span<float> row) noexcept {
   sparse_hidden(f, neurons, x, gate_act, h, row);
@@ -180,7 +167,7 @@ inline void neuron_sparse_gated_ffn(const gated_weights& f, std::span<const std:
 // token); the other rows are not touched. residual[t, i] + y_i is one f32 addition of the
 // dense_gated_ffn output. Scratch: row holds max(d_model, d_ff) values, h holds d_ff, y holds
 // d_model.
-inline void token_sparse_ffn(const gated_weights& f, matrix_view<const float> input, matrix_view<float> residual,
+inline void token_sparse_ffn(const ffn_layer& f, matrix_view<const float> input, matrix_view<float> residual,
                              subset tokens, std::span<float> h, std::span<float> row, std::span<float> y) noexcept {
   const std::size_t n = tokens.count(input.rows);
   for (std::size_t k = 0; k < n; ++k) {

@@ -14,8 +14,8 @@
 // it to one key. A bracket the sample got wrong costs one more pass over every key.
 
 #include <actsparse/core/error.hpp>
-#include <actsparse/selectors/detail/avx512_passes.hpp>
-#include <actsparse/selectors/detail/lanes.hpp>
+#include <actsparse/core/mass_lanes.hpp>
+#include <actsparse/core/selection_passes.hpp>
 
 #include <algorithm>
 #include <array>
@@ -95,12 +95,10 @@ struct score_scan {
 };
 
 ACTSPARSE_SELECTORS_NOINLINE inline score_scan scan_scores(std::span<const float> s) noexcept {
-#ifdef ACTSPARSE_SELECTION_AVX512
-  if (simd_selection()) {
-    const auto r = avx512::scan(s);
+  if (const selection_passes* p = installed_selection_passes(); p != nullptr && p->scan != nullptr) {
+    const auto r = p->scan(s.data(), s.size());
     return {r.total, !std::isfinite(r.total), r.top > 0x80000000U};
   }
-#endif
   double l[mass_lanes] = {};
   std::uint32_t top = 0;  // the largest bit pattern: above 2^31 exactly when a score is < 0
   const std::size_t n = s.size();
@@ -247,12 +245,12 @@ ACTSPARSE_SELECTORS_NOINLINE gathered sum_and_gather(std::span<const float> v, b
   // For a positive bracket, (u ^ 2^31) - lk == u - (lk ^ 2^31): the raw bits serve as keys.
   const std::uint32_t lo = Positive ? b.lk ^ 0x80000000U : b.lk;
   const std::uint32_t width = b.hk - b.lk;
-#ifdef ACTSPARSE_SELECTION_AVX512
-  if (simd_selection()) {
-    const auto r = avx512::sum_and_gather<Total, Sign, Positive>(v, lo, width, dst);
-    return {r.total, r.inside, (r.bits >> 31) != 0};
+  if (const selection_passes* p = installed_selection_passes(); p != nullptr) {
+    if (const auto f = p->sum_and_gather[Total][Sign][Positive]; f != nullptr) {
+      const auto r = f(v.data(), v.size(), lo, width, dst);
+      return {r.total, r.inside, (r.bits >> 31) != 0};
+    }
   }
-#endif
   double l[mass_lanes] = {};
   std::size_t m = 0;
   std::uint32_t bits = 0;
@@ -465,16 +463,16 @@ struct emitted {
 
 // The indices whose key is >= tk (Strict: > tk), in index order, to dst (which must hold
 // one slot more than are kept), with their count and mass (AVX-512 where the CPU has it:
-// avx512_passes.hpp, the same bits).
+// the passes a backend installs, core/selection_passes.hpp, the same bits).
 template <bool Positive, bool Strict>
 ACTSPARSE_SELECTORS_NOINLINE emitted emit_above(std::span<const float> s, std::uint32_t tk,
                                                 std::uint32_t* dst) noexcept {
-#ifdef ACTSPARSE_SELECTION_AVX512
-  if (simd_selection()) {
-    const auto r = avx512::emit_above<Positive, Strict>(s, tk, dst);
-    return {r.count, r.mass};
+  if (const selection_passes* p = installed_selection_passes(); p != nullptr) {
+    if (const auto f = p->emit_above[Positive][Strict]; f != nullptr) {
+      const auto r = f(s.data(), s.size(), tk, dst);
+      return {r.count, r.mass};
+    }
   }
-#endif
   double l[mass_lanes] = {};
   std::size_t cnt = 0;
   const auto step = [&](std::size_t i, std::size_t lane) {

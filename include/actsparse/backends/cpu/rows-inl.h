@@ -1,17 +1,16 @@
-// Per-target GEMV kernels (Highway): row dot products (dense / output-sparse) and row axpy
-// over a transposed matrix (input-sparse). Included once per target by foreach_target.h from
-// actsparse/backends/cpu/implementation.hpp, or once for static dispatch.
+// Per-target kernels (Highway) for rows of f32, f16 and bf16 weights: row dot products (dense
+// / output-sparse GEMV) and the row axpy over a transposed matrix (input-sparse). Included by
+// kernels-inl.h inside its toggle guard, so foreach_target.h compiles it per target.
 // No #pragma once: the toggle guard below lets foreach_target.h re-include this file.
 
-#if defined(ACTSPARSE_CPU_GEMV_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef ACTSPARSE_CPU_GEMV_INL_H_
-#undef ACTSPARSE_CPU_GEMV_INL_H_
+#if defined(ACTSPARSE_CPU_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ACTSPARSE_CPU_ROWS_INL_H_
+#undef ACTSPARSE_CPU_ROWS_INL_H_
 #else
-#define ACTSPARSE_CPU_GEMV_INL_H_
+#define ACTSPARSE_CPU_ROWS_INL_H_
 #endif
 
-#include <actsparse/backends/cpu/activation-inl.h>
-#include <actsparse/backends/cpu/quant-inl.h>
+#include <actsparse/backends/cpu/tuning.hpp>
 #include <actsparse/core/dtype.hpp>
 #include <actsparse/core/views.hpp>
 
@@ -23,10 +22,6 @@
 
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
-
-#ifndef ACTSPARSE_CPU_PREFETCH_BYTES
-#define ACTSPARSE_CPU_PREFETCH_BYTES 1024
-#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace actsparse::cpu::HWY_NAMESPACE {
@@ -64,50 +59,26 @@ HWY_INLINE float scalar_f32(const T& v) {
 // then a scalar tail (no masked loads: Highway 1.0.3 emulates them with full loads on some
 // targets, which would read past the row). So a row's result depends only on the row,
 // x, n and the target: a row gather of every row equals the dense GEMV bit for bit.
-// Software prefetch distance (bytes ahead in each row stream). Rows are short runs (8 KB
-// at d_model 4096 in f16) and the hardware prefetchers retrain at every row and every
-// page; prefetching ahead, and past a row's end into the row that comes next in this call,
-// keeps the streams going.
-inline constexpr std::size_t prefetch_bytes = ACTSPARSE_CPU_PREFETCH_BYTES;
-
-// Bytes of each row read per step before moving to the next row. Longer runs per row keep
-// the memory controller on open DRAM pages, up to a point. Measured on the AMD EPYC host,
-// 7B GEMV at one thread, fraction of the read bandwidth: f32 0.93 / 1.03 / 0.89 with 128 /
-// 256 / 1024 B, bf16 0.74 / 0.86 / 0.93 with 64 / 512 / 1024 B (f16 alike). Measured again
-// on 2026-12-03, two builds run in turn (16-bit GEMV 11008 x 4096, one thread, medians of
-// 3, two rounds): 512 B and 1024 B read the dense GEMV equally fast (0.81-0.85 of the read
-// bandwidth), and with 25% of the rows gathered 512 B gave a speed-up over dense of 2.84 /
-// 2.89 against 2.63 / 2.59 (f16) and 2.92 / 2.89 against 2.64 / 2.37 (bf16). The step never
-// changes a bit of the result. Defining ACTSPARSE_CPU_ROW_STEP_BYTES sets one value for
-// every dtype.
-template <class T>
-[[nodiscard]] constexpr std::size_t row_step_bytes() noexcept {
-#ifdef ACTSPARSE_CPU_ROW_STEP_BYTES
-  return ACTSPARSE_CPU_ROW_STEP_BYTES;
-#else
-  return sizeof(T) >= 4 ? 256 : 512;
-#endif
-}
-
-template <std::size_t R, class T, std::size_t PrefetchBytes = prefetch_bytes>
+// A step reads step_bytes of each row in turn (a0/a1 see the same sequence of vectors as
+// pair by pair, so the step never changes a bit), prefetching prefetch_bytes ahead in each
+// row, and past a row's end into the row of `next` that comes after it.
+template <std::size_t R, class T>
 HWY_INLINE void dot_rows(const T* const* HWY_RESTRICT w, const T* const* HWY_RESTRICT next, const float* HWY_RESTRICT x,
-                         std::size_t n, float* HWY_RESTRICT out) {
+                         std::size_t n, float* HWY_RESTRICT out, std::size_t prefetch_bytes, std::size_t step_bytes) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const std::size_t lanes = hn::Lanes(df);
   V a0[R];
   V a1[R];
   for (std::size_t r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(df);
-  constexpr std::size_t ahead = PrefetchBytes / sizeof(T);
+  const std::size_t ahead = prefetch_bytes / sizeof(T);
   // One pair of whole vectors of row r at i: the first into a0[r], the second into a1[r].
   const auto pair = [&](std::size_t r, std::size_t i) HWY_ATTR {
     a0[r] = hn::MulAdd(load_as_f32(df, w[r] + i), hn::LoadU(df, x + i), a0[r]);
     a1[r] = hn::MulAdd(load_as_f32(df, w[r] + i + lanes), hn::LoadU(df, x + i + lanes), a1[r]);
   };
-  // A step: `pairs` pairs of each row in turn (a0/a1 see the same sequence of vectors as
-  // pair by pair, so the step length never changes a bit), prefetching pf rows ahead.
   const std::size_t pair_bytes = 2 * lanes * sizeof(T);
-  const std::size_t pairs = row_step_bytes<T>() > pair_bytes ? row_step_bytes<T>() / pair_bytes : 1;
+  const std::size_t pairs = step_bytes > pair_bytes ? step_bytes / pair_bytes : 1;
   const std::size_t step_values = 2 * lanes * pairs;
   const auto step = [&](std::size_t i, const T* const* pf, std::size_t pf_offset) HWY_ATTR {
     for (std::size_t r = 0; r < R; ++r) {
@@ -142,19 +113,18 @@ HWY_INLINE void dot_rows(const T* const* HWY_RESTRICT w, const T* const* HWY_RES
 // for 8 rows × 2 accumulators, AVX2 and narrower targets take 4.
 inline constexpr std::size_t rows_at_once = HWY_MAX_BYTES >= 64 ? 8 : 4;
 
-// Scattered 16-bit rows (a row gather, a sparse row axpy) are read 4 at once with twice the
-// prefetch distance: the same bytes in flight over fewer rows (figures at gemv_range and
-// axpy_range). Dense calls, other dtypes and 4-row targets keep rows_at_once.
+// Scattered 16-bit rows (a row gather, a sparse row axpy) are read 4 at once with
+// kernel_tuning::scattered_prefetch_bytes: the same bytes in flight over fewer rows. Dense
+// calls, other dtypes and 4-row targets keep rows_at_once.
 inline constexpr std::size_t scattered_rows_at_once = 4;
-inline constexpr std::size_t scattered_prefetch_bytes = 2 * prefetch_bytes;
 template <class T>
 inline constexpr bool reads_scattered_rows_in_fours = sizeof(T) == 2 && rows_at_once > scattered_rows_at_once;
 
 // y[k] = W[row_k, :] · x for k in [begin, end) in groups of R rows (then 4, then 1), each
 // group prefetching the next one's rows; row(k) gives row_k.
-template <std::size_t R, std::size_t PrefetchBytes, class T, class Row>
+template <std::size_t R, class T, class Row>
 HWY_INLINE void gemv_groups(const Row& row, std::size_t begin, std::size_t end, const float* HWY_RESTRICT x,
-                            std::size_t n, float* HWY_RESTRICT y) {
+                            std::size_t n, float* HWY_RESTRICT y, std::size_t prefetch_bytes, std::size_t step_bytes) {
   // The rows of the group after k (prefetched while group k is read), or null at the end.
   const auto next_group = [&](std::size_t k, const T** out) {
     if (k + R > end) return static_cast<const T* const*>(nullptr);
@@ -166,82 +136,65 @@ HWY_INLINE void gemv_groups(const Row& row, std::size_t begin, std::size_t end, 
   const T* following[R];
   for (; k + R <= end; k += R) {
     for (std::size_t r = 0; r < R; ++r) group[r] = row(k + r);
-    dot_rows<R, T, PrefetchBytes>(group, next_group(k + R, following), x, n, y + k);
+    dot_rows<R, T>(group, next_group(k + R, following), x, n, y + k, prefetch_bytes, step_bytes);
   }
   if constexpr (R > 4) {
     if (k + 4 <= end) {
       for (std::size_t r = 0; r < 4; ++r) group[r] = row(k + r);
-      dot_rows<4>(group, static_cast<const T* const*>(nullptr), x, n, y + k);
+      dot_rows<4>(group, static_cast<const T* const*>(nullptr), x, n, y + k, prefetch_bytes, step_bytes);
       k += 4;
     }
   }
   for (; k < end; ++k) {
     group[0] = row(k);
-    dot_rows<1>(group, static_cast<const T* const*>(nullptr), x, n, y + k);
+    dot_rows<1>(group, static_cast<const T* const*>(nullptr), x, n, y + k, prefetch_bytes, step_bytes);
   }
 }
 
-// y[k] = W[row_k, :] · x for k in [begin, end), row_k = rows ? rows[k] : k. A row gather of
-// 16-bit rows reads 4 rows at once with twice the prefetch distance: the same bytes in
-// flight over fewer, scattered rows. Measured on the AMD EPYC host (11008 × 4096, one
-// thread, three rounds of two builds run in turn, medians): pct_of_ideal of the gather at a
-// = 0.5 / 0.25 / 0.1 went from 0.70 / 0.63 / 0.59 to 0.77 / 0.69 / 0.63 (f16) and from 0.71
-// / 0.64 / 0.61 to 0.76 / 0.70 / 0.64 (bf16); dense keeps 8 rows (4 were slower there).
-// Every row's sum is the same whatever the group size, so this changes no bit.
+// y[k] = W[row_k, :] · x for k in [begin, end), row_k = rows ? rows[k] : k. Every row's sum
+// is the same whatever the group size, so the scattered grouping changes no bit.
 template <class T>
 HWY_NOINLINE void gemv_range(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
-                             const float* HWY_RESTRICT x, float* HWY_RESTRICT y) {
+                             const float* HWY_RESTRICT x, float* HWY_RESTRICT y, const kernel_tuning& t) {
   const auto* base = static_cast<const std::byte*>(w.data);
   const auto row = [&](std::size_t k) {
     const std::size_t r = rows != nullptr ? rows[k] : k;
     return reinterpret_cast<const T*>(base + r * w.row_stride);
   };
+  const std::size_t step = sizeof(T) >= 4 ? t.row_step_bytes_f32 : t.row_step_bytes_16bit;
   if constexpr (reads_scattered_rows_in_fours<T>) {
     if (rows != nullptr) {
-      return gemv_groups<scattered_rows_at_once, scattered_prefetch_bytes, T>(row, begin, end, x, w.cols, y);
+      return gemv_groups<scattered_rows_at_once, T>(row, begin, end, x, w.cols, y, t.scattered_prefetch_bytes, step);
     }
   }
-  gemv_groups<rows_at_once, prefetch_bytes, T>(row, begin, end, x, w.cols, y);
+  gemv_groups<rows_at_once, T>(row, begin, end, x, w.cols, y, t.prefetch_bytes, step);
 }
 
-// The entry point each target exports: dispatches on the weight dtype (f32, f16, bf16, and the blocks q8_0 / q4_0 of
-// quant-inl.h).
-inline void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
-                      const float* x, float* y) {
-  switch (w.type) {
-    case dtype::f32:
-      return gemv_range<float>(w, rows, begin, end, x, y);
-    case dtype::f16:
-      return gemv_range<f16>(w, rows, begin, end, x, y);
-    case dtype::bf16:
-      return gemv_range<bf16>(w, rows, begin, end, x, y);
-    case dtype::q8_0:
-      return gemv_block_range<block_q8_0>(w, rows, begin, end, x, y);
-    case dtype::q4_0:
-      return gemv_block_range<block_q4_0>(w, rows, begin, end, x, y);
-  }
-}
+// The row axpy's register tile: bytes of each row per step of a sweep (S output vectors held
+// in registers; a compile-time shape, unlike the GEMV's run-time step).
+template <class T>
+inline constexpr std::size_t axpy_tile_bytes = sizeof(T) >= 4 ? 256 : 512;
 
 // One sweep of R rows over the n outputs: out[c] = fma(w_{R-1}[c], coef_{R-1}, ... fma(w_0[c],
 // coef_0, out[c])), rows in order. A step holds S output vectors in registers and reads S
-// vectors of each row in turn (a run of row_step_bytes per row, as in dot_rows; each output
+// vectors of each row in turn (a run of axpy_tile_bytes per row, as in dot_rows; each output
 // still sees the rows in order, so S never changes a bit). `next` (R rows, or null) is
 // prefetched once this sweep's own rows are covered.
-template <std::size_t R, class T, std::size_t PrefetchBytes = prefetch_bytes>
+template <std::size_t R, class T>
 HWY_INLINE void axpy_sweep(const T* const* HWY_RESTRICT w, const float* coef, const T* const* HWY_RESTRICT next,
-                           std::size_t n, float* HWY_RESTRICT out) {
+                           std::size_t n, float* HWY_RESTRICT out, std::size_t prefetch_bytes) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const std::size_t lanes = hn::Lanes(df);
-  // S vectors of outputs per step: row_step_bytes of T per row, within the register file
+  // S vectors of outputs per step: axpy_tile_bytes of T per row, within the register file
   // (R broadcasts + S accumulators: 32 vector registers on AVX-512, 16 on narrower targets).
   constexpr std::size_t max_lanes = HWY_MAX_BYTES / sizeof(float);
-  constexpr std::size_t by_bytes = row_step_bytes<T>() / (max_lanes * sizeof(T));
+  constexpr std::size_t by_bytes = axpy_tile_bytes<T> / (max_lanes * sizeof(T));
   constexpr std::size_t by_registers = HWY_MAX_BYTES >= 64 ? 16 : 4;
   constexpr std::size_t S = by_bytes < 1 ? 1 : (by_bytes > by_registers ? by_registers : by_bytes);
   V v[R];
   for (std::size_t r = 0; r < R; ++r) v[r] = hn::Set(df, coef[r]);
-  constexpr std::size_t ahead = PrefetchBytes / sizeof(T);
+  const std::size_t ahead = prefetch_bytes / sizeof(T);
   const std::size_t step_values = S * lanes;
   const auto step = [&](std::size_t c, const T* const* pf, std::size_t pf_offset) HWY_ATTR {
     V acc[S];
@@ -282,7 +235,7 @@ HWY_INLINE void axpy_sweep(const T* const* HWY_RESTRICT w, const float* coef, co
 template <class T>
 HWY_NOINLINE void axpy_range(const weight_view& wt, const std::uint32_t* rows, std::size_t count,
                              const float* HWY_RESTRICT coef, std::size_t col_begin, std::size_t col_end,
-                             float* HWY_RESTRICT y) {
+                             float* HWY_RESTRICT y, const kernel_tuning& t) {
   const auto* base = static_cast<const std::byte*>(wt.data);
   float* HWY_RESTRICT out = y + col_begin;
   const std::size_t n = col_end - col_begin;
@@ -295,12 +248,8 @@ HWY_NOINLINE void axpy_range(const weight_view& wt, const std::uint32_t* rows, s
     }
   };
   // R rows per sweep: R streams, and one load and store of the outputs per R multiply-adds;
-  // each output still takes the rows one after another, in order, so R changes no bit. A
-  // sparse sweep over 16-bit rows takes 4 rows with a 2 KB prefetch distance: on the AMD EPYC
-  // host (11008 × 4096 Wt, one thread, medians of three rounds of both builds in turn)
-  // pct_of_ideal at a = 0.75 / 0.5 / 0.25 went from 0.84 / 0.70 / 0.68 to 0.89 / 0.75 / 0.67
-  // (f16) and from 0.84 / 0.66 / 0.64 to 0.89 / 0.75 / 0.70 (bf16).
-  const auto sweeps = [&]<std::size_t R, std::size_t PrefetchBytes>() {
+  // each output still takes the rows one after another, in order, so R changes no bit.
+  const auto sweeps = [&]<std::size_t R>(std::size_t prefetch_bytes) {
     const T* w[R];
     const T* following[R];
     float c[R];
@@ -310,34 +259,17 @@ HWY_NOINLINE void axpy_range(const weight_view& wt, const std::uint32_t* rows, s
       gather(k, R, w, c);
       const bool more = k + 2 * R <= count;
       if (more) gather(k + R, R, following, unused);
-      axpy_sweep<R, T, PrefetchBytes>(w, c, more ? following : static_cast<const T* const*>(nullptr), n, out);
+      axpy_sweep<R, T>(w, c, more ? following : static_cast<const T* const*>(nullptr), n, out, prefetch_bytes);
     }
     for (; k < count; ++k) {
       gather(k, 1, w, c);
-      axpy_sweep<1>(w, c, static_cast<const T* const*>(nullptr), n, out);
+      axpy_sweep<1>(w, c, static_cast<const T* const*>(nullptr), n, out, prefetch_bytes);
     }
   };
   if constexpr (reads_scattered_rows_in_fours<T>) {
-    if (rows != nullptr) return sweeps.template operator()<scattered_rows_at_once, scattered_prefetch_bytes>();
+    if (rows != nullptr) return sweeps.template operator()<scattered_rows_at_once>(t.scattered_prefetch_bytes);
   }
-  sweeps.template operator()<rows_at_once, prefetch_bytes>();
-}
-
-// The entry point each target exports for the input-sparse linear (every dtype; q8_0 / q4_0 in quant-inl.h).
-inline void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef,
-                      std::size_t col_begin, std::size_t col_end, float* y) {
-  switch (wt.type) {
-    case dtype::f32:
-      return axpy_range<float>(wt, rows, count, coef, col_begin, col_end, y);
-    case dtype::f16:
-      return axpy_range<f16>(wt, rows, count, coef, col_begin, col_end, y);
-    case dtype::bf16:
-      return axpy_range<bf16>(wt, rows, count, coef, col_begin, col_end, y);
-    case dtype::q8_0:
-      return axpy_block_range<block_q8_0>(wt, rows, count, coef, col_begin, col_end, y);
-    case dtype::q4_0:
-      return axpy_block_range<block_q4_0>(wt, rows, count, coef, col_begin, col_end, y);
-  }
+  sweeps.template operator()<rows_at_once>(t.prefetch_bytes);
 }
 
 // Whether this target's MulAdd is one fused rounding (AVX2, AVX3, NEON, ...). Where it is

@@ -1,29 +1,13 @@
 #pragma once
-// The weights of one gated FFN layer, and what a policy reads of them.
+// What a neuron score of a gated FFN is computed from, and what that costs in bytes read.
 
-#include <actsparse/core/activation.hpp>
-#include <actsparse/core/error.hpp>
-#include <actsparse/core/views.hpp>
-
-#include <cstddef>
 #include <cstdint>
-#include <string>
 #include <string_view>
 
 namespace actsparse {
 
-struct ffn_weights {
-  activation act = activation::silu;
-  weight_view gate;      // [d_ff × d_model]
-  weight_view up;        // [d_ff × d_model]
-  weight_view down;      // [d_model × d_ff], or absent when down_t is given
-  weight_view down_t{};  // optional W_downᵀ [d_ff × d_model] (what the CPU backend's sparse FFN reads)
-
-  [[nodiscard]] std::size_t d_model() const noexcept { return gate.cols; }
-  [[nodiscard]] std::size_t d_ff() const noexcept { return gate.rows; }
-};
-
-// What a neuron score is computed from. This fixes the bytes a decode step must read.
+// The neuron values a neuron-sparse FFN computes for its scorer. This fixes the bytes a
+// decode step must read.
 enum class score_source : std::uint8_t {
   gate_preactivation,  // g = W_gate·x (silu_magnitude, relu_exact, weight_aware_gate)
   gate_activation,     // act(g) (magnitude of the gate activation)
@@ -47,6 +31,12 @@ enum class score_source : std::uint8_t {
 // score built from h also reads the whole up projection.
 [[nodiscard]] constexpr double ffn_bytes_fraction(score_source s, double kept) noexcept {
   return s == score_source::hidden ? (2.0 + kept) / 3.0 : (1.0 + 2.0 * kept) / 3.0;
+}
+
+// The ideal decode speed-up of a neuron-sparse FFN over dense when a step is bound by the
+// bytes it reads: 1 / ffn_bytes_fraction.
+[[nodiscard]] constexpr double ideal_ffn_speedup(score_source s, double kept) noexcept {
+  return 1.0 / ffn_bytes_fraction(s, kept);
 }
 
 }  // namespace actsparse

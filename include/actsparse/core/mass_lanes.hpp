@@ -1,6 +1,6 @@
 #pragma once
 // The order of every mass in the library (the selectors' portable passes in partition.hpp
-// and their AVX-512 versions in avx512_passes.hpp): one sum, in double, in a fixed order.
+// and the faster versions a backend installs, core/selection_passes.hpp): one sum, in double, in a fixed order.
 // Lane k (k = 0..7) adds, in ascending index order, the scores whose index is k mod 8, and
 // the lanes are combined as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Eight
 // independent chains run about 4x faster than one (a double add's latency bounds a single

@@ -1,0 +1,183 @@
+#pragma once
+// Copies of weight matrices in layouts only the CPU backend reads, built once at load time,
+// and the table through which the backend finds them. Today one layout: q8_0 / q4_0 rows
+// interleaved 16 at a time, which the dense integer GEMV reads faster than the row-major
+// blocks (lossless: the same bytes rearranged). The engine passes its ordinary views in every
+// argument struct; a cpu_backend whose `layouts` holds a copy of a matrix reads the copy
+// wherever it reads that matrix whole (a row gather still reads the row-major blocks).
+
+#include <actsparse/core/dtype.hpp>
+#include <actsparse/core/error.hpp>
+#include <actsparse/core/views.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace actsparse::cpu {
+
+// The layout the CPU backend's dense integer GEMV reads: per group of 16 rows g and block b,
+// at byte (g·blocks + b)·16·sizeof(block), the 16 rows' f16 scales (32 bytes, row order),
+// then chunks of 64 bytes in which bytes 4i .. 4i + 3 belong to row i:
+//   q4_0: 4 chunks; chunk c, byte 4i + k holds the nibble of value 8c + k of row i's block in
+//         its low half and that of value 8c + 4 + k in its high half;
+//   q8_0: 8 chunks; chunk c, byte 4i + k holds value 4c + k (int8, as stored).
+// One 64-byte load then gives, per 32-bit lane i, four consecutive values of row i (q4_0: and
+// the next four in the high halves): one VNNI dot product (vpdpbusd) covers 4 values of 16 rows
+// against 4 values of x broadcast, and the 16 scales convert in one instruction. Rows past the
+// last (to a multiple of 16) hold scale 0. The same bytes as the source, rearranged (lossless),
+// so it costs memory equal to the source's blocks. Row gathers cannot use it: a single row's
+// bytes are spread over its group's bytes of every block.
+inline constexpr std::size_t interleave_group_rows = 16;
+
+// Bytes of a q8_0 / q4_0 matrix of rows × cols interleaved.
+[[nodiscard]] constexpr std::size_t interleaved_bytes(dtype t, std::size_t rows, std::size_t cols) noexcept {
+  return (rows + interleave_group_rows - 1) / interleave_group_rows * interleave_group_rows * row_bytes(t, cols);
+}
+
+// A matrix in the interleaved layout (this backend's own view): dtype, the bytes, and the
+// shape of the row-major matrix it was built from.
+struct interleaved_view {
+  dtype type = dtype::q4_0;
+  const void* data = nullptr;
+  std::size_t rows = 0;
+  std::size_t cols = 0;  // values per row
+};
+
+// The interleaved copy of a matrix (owns its bytes; moving it keeps them) and its view.
+struct interleaved_weights {
+  std::vector<std::byte> bytes;
+  interleaved_view view;
+  weight_view source;  // the row-major matrix it was built from (not owned)
+};
+
+// Offset of value v's byte of row r in its group's block (after the 32 bytes of scales), and
+// for q4_0 whether it is the high nibble.
+struct interleaved_place {
+  std::size_t offset;
+  bool high;
+};
+[[nodiscard]] constexpr interleaved_place interleaved_place_of(dtype t, std::size_t r, std::size_t v) noexcept {
+  if (t == dtype::q8_0) return {2 * interleave_group_rows + 64 * (v / 4) + 4 * r + v % 4, false};
+  return {2 * interleave_group_rows + 64 * (v / 8) + 4 * r + v % 4, v % 8 >= 4};
+}
+
+// Builds the interleaved copy of a q8_0 / q4_0 matrix (any row stride; cols a multiple of
+// 32, at least one row). Keep the result alive while its view is used (moving it keeps the
+// bytes); weight_layouts below keeps it for the backend.
+[[nodiscard]] inline interleaved_weights interleave_rows(const weight_view& w) {
+  constexpr std::string_view where = "cpu::interleave_rows";
+  validate(w, where, "w");
+  if (w.type != dtype::q4_0 && w.type != dtype::q8_0) {
+    ::actsparse::detail::fail(where, "w.type", name(w.type), "q8_0 or q4_0 (the dtypes with an interleaved layout)");
+  }
+  ::actsparse::detail::require(w.rows > 0 && w.cols > 0, where, "w.rows * w.cols", w.rows * w.cols,
+                               "a non-empty matrix (at least one row of one block)");
+  const std::size_t blocks = w.cols / qk4_0;
+  const std::size_t block = block_bytes(w.type);
+  const std::size_t group_block = interleave_group_rows * block;
+  interleaved_weights out;
+  out.bytes.assign(interleaved_bytes(w.type, w.rows, w.cols), std::byte{0});
+  const auto* src = static_cast<const std::byte*>(w.data);
+  for (std::size_t i = 0; i < w.rows; ++i) {
+    const std::size_t g = i / interleave_group_rows;
+    const std::size_t r = i % interleave_group_rows;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const std::byte* blk = src + i * w.row_stride + b * block;  // d, then the quants
+      std::byte* const at = out.bytes.data() + (g * blocks + b) * group_block;
+      std::memcpy(at + r * sizeof(f16), blk, sizeof(f16));
+      for (std::size_t v = 0; v < qk4_0; ++v) {
+        const interleaved_place to = interleaved_place_of(w.type, r, v);
+        if (w.type == dtype::q8_0) {
+          at[to.offset] = blk[sizeof(f16) + v];
+        } else {  // value v's stored nibble (q + 8)
+          const auto byte = static_cast<unsigned>(blk[sizeof(f16) + v % (qk4_0 / 2)]);
+          const unsigned n = v < qk4_0 / 2 ? byte & 0x0fU : byte >> 4;
+          at[to.offset] |= static_cast<std::byte>(to.high ? n << 4 : n);
+        }
+      }
+    }
+  }
+  out.view = interleaved_view{w.type, out.bytes.data(), w.rows, w.cols};
+  out.source = w;
+  return out;
+}
+
+// Row `row` of an interleaved q8_0 / q4_0 matrix of `cols` values read back into ggml blocks
+// (cols / 32 of them, row_bytes(t, cols) bytes at `out`): the inverse of interleave_rows, for
+// checks and for engines that keep only the interleaved copy.
+inline void deinterleave_row(dtype t, const void* interleaved, std::size_t cols, std::size_t row, std::byte* out) {
+  const std::size_t blocks = cols / qk4_0;
+  const std::size_t block = block_bytes(t);
+  const std::size_t g = row / interleave_group_rows;
+  const std::size_t r = row % interleave_group_rows;
+  const auto* base = static_cast<const std::byte*>(interleaved);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::byte* at = base + (g * blocks + b) * interleave_group_rows * block;
+    std::byte* const blk = out + b * block;
+    std::memcpy(blk, at + r * sizeof(f16), sizeof(f16));
+    if (t == dtype::q4_0) std::memset(blk + sizeof(f16), 0, qk4_0 / 2);
+    for (std::size_t v = 0; v < qk4_0; ++v) {
+      const interleaved_place from = interleaved_place_of(t, r, v);
+      if (t == dtype::q8_0) {
+        blk[sizeof(f16) + v] = at[from.offset];
+      } else {
+        const auto byte = static_cast<unsigned>(at[from.offset]);
+        const unsigned n = from.high ? byte >> 4 : byte & 0x0fU;
+        blk[sizeof(f16) + v % (qk4_0 / 2)] |= static_cast<std::byte>(v < qk4_0 / 2 ? n : n << 4);
+      }
+    }
+  }
+}
+
+// The interleaved copies a cpu_backend may read, found by the view of their source matrix
+// (its data pointer, dtype, shape and stride must match exactly). Build it once at load time;
+// lookups are O(log n) and allocate nothing. Not thread-safe to add to while a backend reads
+// it; reads from any number of threads are safe.
+class weight_layouts {
+ public:
+  // Builds the interleaved copy of w (q8_0 / q4_0; see interleave_rows) and keeps it; returns
+  // its view. A second add of the same matrix is a clear error.
+  interleaved_view add_interleaved(const weight_view& w) { return add(interleave_rows(w)); }
+  // Keeps a copy built elsewhere (interleave_rows).
+  interleaved_view add(interleaved_weights copy) {
+    const auto at = std::lower_bound(copies_.begin(), copies_.end(), copy.source.data, before);
+    if (at != copies_.end() && at->source.data == copy.source.data) {
+      ::actsparse::detail::fail_described("cpu::weight_layouts::add", "copy",
+                                          "a second copy of the matrix at the same address",
+                                          "one interleaved copy per matrix");
+    }
+    return copies_.insert(at, std::move(copy))->view;
+  }
+
+  // The interleaved copy of exactly this matrix, or null.
+  [[nodiscard]] const interleaved_view* interleaved(const weight_view& w) const noexcept {
+    const auto at = std::lower_bound(copies_.begin(), copies_.end(), w.data, before);
+    if (at == copies_.end() || at->source.data != w.data) return nullptr;
+    const weight_view& s = at->source;
+    const bool same = s.type == w.type && s.rows == w.rows && s.cols == w.cols && s.row_stride == w.row_stride;
+    return same ? &at->view : nullptr;
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return copies_.size(); }
+  // Bytes held by the copies.
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    std::size_t n = 0;
+    for (const auto& c : copies_) n += c.bytes.size();
+    return n;
+  }
+
+ private:
+  static bool before(const interleaved_weights& c, const void* p) noexcept {
+    return std::less<const void*>{}(c.source.data, p);
+  }
+  std::vector<interleaved_weights> copies_;  // sorted by source address
+};
+
+}  // namespace actsparse::cpu

@@ -1,0 +1,511 @@
+#pragma once
+// The GPU kernel description shared by the CUDA and the Metal generators: the kernel config,
+// one table entry per op (its kernels' names, arguments, launch shapes and the neutral bodies
+// of kernel_source.hpp and selection_source.hpp), one validation, and
+// describe(config, dialect), the kernels of a config as dialect-neutral text. A generator
+// (backends/cuda/generator.hpp, backends/metal/generator.hpp) adds only its prelude and its
+// signatures.
+//
+// The kernels (W a row-major matrix of `weight` storage, rows `row_stride` bytes apart; cols a
+// multiple of block_values(weight); x, y, coef and h f32; idx u32; T = threads_per_block, R =
+// rows_per_warp; one warp computes R rows, lanes take storage elements round robin and the
+// partial sums meet in a xor butterfly). Arguments in this order; grid in blocks of T threads:
+//   gemv:        actsparse_gemv_<dt>_t<T>[_r<R>](w, row_stride, x, rows, cols, y)
+//                y[k] = W[k,:]·x.  grid: ceil(rows / (T/32·R)).
+//   gather_gemv: actsparse_gather_gemv_<dt>_t<T>[_r<R>](w, row_stride, x, cols, idx, count, y)
+//                y[k] = W[idx[k],:]·x (output-sparse).  grid: ceil(count / (T/32·R)).
+//   row_axpy:    actsparse_row_axpy_<dt>_t<T>(wt, row_stride, idx, coef, count, cols, y)
+//                y = Σ_k coef[k]·Wt[idx[k],:] (input-sparse); each thread owns one storage element
+//                (1 or 32 columns) and loops over k in order: acc = fma(coef[k], w, acc) from 0.
+//                idx == nullptr means idx[k] = k.  grid: ceil(cols / bv / T).
+//   gate_select: two kernels, launched in order on the same grid (ceil(rows / (T/32·R))):
+//                actsparse_gate_<act>_<dt>_t<T>[_r<R>](w, row_stride, x, rows, cols, threshold, h, block_counts)
+//                  h[j] = act(W[j,:]·x); block_counts[b] = #{j in block b : |h[j]| > threshold}
+//                actsparse_compact_t<T>(h, rows, rows_per_block, threshold, block_counts, idx, count)
+//                  idx = the kept j in increasing order; *count = their number (written by the last
+//                  block; the caller sets it when rows == 0). Block b writes at the sum of
+//                  block_counts[0..b), so the list does not depend on scheduling.
+//   token_gather:      actsparse_token_gather_t<T>(src, src_stride, tokens, count, d, dst, dst_stride)
+//                      dst[k,:] = src[tokens[k],:] (f32 rows, strides in floats).
+//   token_scatter_add: actsparse_token_scatter_add_t<T>(z, z_stride, tokens, count, d, x, x_stride)
+//                      x[tokens[k],:] += z[k,:]; tokens must be distinct (each element has one writer).
+//                      grid of both: count blocks, one per token.
+//   top_k:       actsparse_top_k_t<T>(scores, n, k, idx, count)
+//                idx = the k highest scores' indices in increasing order, ties to the lower index (as
+//                the top_k selector); *count = k (0 when k is 0 or above n). Scores must be finite.
+//                grid: 1 block: the k-th largest key bit by bit (33 counting passes), then one pass
+//                in index order that writes the kept indices.
+//   row_axpy_split: row_axpy split over the kept rows (for long kept lists); two kernels, in order:
+//                actsparse_row_axpy_partial_<dt>_t<T>(wt, row_stride, idx, coef, count, cols, rows_per_split, partial)
+//                  grid: (grid_blocks(c, cols, 0), splits), splits = split_count(count, rows_per_split)
+//                  (Metal: the product, flattened: split g / grid_blocks(c, cols, 0)). Split s
+//                  runs row_axpy's fma chain over k in [s·rows_per_split, min(count,
+//                  (s+1)·rows_per_split)), in order, into partial[s·cols + c] (partial: splits x
+//                  cols floats). idx may be nullptr.
+//                actsparse_reduce_partials_t<T>(partial, splits, cols, y)
+//                  y[c] = ((0 + partial[0·cols+c]) + partial[1·cols+c]) + ... in order of s (0 when
+//                  splits is 0).  grid: ceil(cols / T). With one split, y equals row_axpy's bits.
+//   cumulative_mass: actsparse_cumulative_mass_t<T>(scores, n, mass, min_keep, idx, count)
+//                The cumulative_mass selector for one row, recent_n = 0: idx = the kept indices in
+//                increasing order, *count their number; the smallest prefix of the ranking (score
+//                descending, index ascending) whose sum reaches mass·total and that holds
+//                min(min_keep, n) scores; mass >= 1 and the dense fallbacks (a NaN / inf or
+//                negative score, or all zero) keep everything. mass must be finite and > 0; n = 0
+//                gives 0. grid: 1 block. Sums in double (CUDA) or float pairs (Metal), in one fixed
+//                order; how the kept set compares with the host selector's: docs/POLICIES.md,
+//                "Device selection".
+//   gather_values: actsparse_gather_values_t<T>(src, idx, count, dst)
+//                dst[k] = src[idx[k]] (compacts the coefficients of an input-sparse linear).
+//                grid: ceil(count / T).
+//   gated_gather: actsparse_gated_gather_<act>_<dt>_t<T>[_r<R>](gate, gate_stride, up, up_stride, x, cols,
+//                idx, count, gate_act, h)   (phase 1 of the gated FFN, fused)
+//                j = idx ? idx[k] : k; h[k] = (gate_act ? gate_act[j] : act(Gate[j,:]·x)) · (Up[j,:]·x);
+//                with gate_act given, no gate row is read (gate may be null). Each dot product takes
+//                gather_gemv's operations, so h[k] == act(gather_gemv(gate)[k]) · gather_gemv(up)[k]
+//                bit for bit.  grid: ceil(count / (T/32·R)).
+//   gated_hidden: actsparse_gated_hidden_<act>_t<T>(g, u, n, h)
+//                h[i] = act(g[i]) · u[i].  grid: ceil(n / T).
+//   batched_gemv: actsparse_batched_gemv_<dt>_t<T>[_r<R>]_b<B>(w, row_stride, x, x_stride, ntok, rows, cols,
+//                y, y_stride)   (B = tokens_per_pass: several tokens per weight read)
+//                y[t·y_stride + k] = W[k,:]·x[t·x_stride + :] for t < ntok, k < rows (strides in
+//                floats); each value takes gemv's operations for its token: gemv's bits.
+//                grid: ceil(rows / (T/32·R)). Registers grow with R·B (the compile tests keep
+//                the configs they assemble free of spills).
+// Every kernel has a fixed work partition and fixed reduction orders, no float atomics: the
+// same inputs give the same bits on every run.
+//
+// These are the GPU side's own shapes: a kernel_config is a run-time value, not the CPU
+// backend's compile-time configuration (its row groups and prefetch distances), which the
+// generators do not read.
+
+#include <actsparse/backends/gpu/device_math.hpp>
+#include <actsparse/backends/gpu/kernel_source.hpp>
+#include <actsparse/backends/gpu/selection_source.hpp>
+#include <actsparse/core/activation.hpp>
+#include <actsparse/core/dtype.hpp>
+#include <actsparse/core/error.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace actsparse::gpu {
+
+enum class kernel_op : std::uint8_t {
+  gemv,
+  gather_gemv,
+  row_axpy,
+  gate_select,
+  token_gather,
+  token_scatter_add,
+  top_k,
+  row_axpy_split,
+  gather_values,
+  gated_gather,
+  gated_hidden,
+  batched_gemv,
+  cumulative_mass
+};
+
+struct kernel_config {
+  kernel_op op = kernel_op::gemv;
+  dtype weight = dtype::f32;
+  activation act = activation::silu;  // gate_select, gated_gather and gated_hidden only
+  unsigned threads_per_block = 256;   // a multiple of 32 in [32, 1024]
+  unsigned rows_per_warp = 1;         // 1, 2, 4 or 8 rows share each load of x (the warp-per-row ops; else 1)
+  unsigned tokens_per_pass = 1;       // batched_gemv: 1, 2, 4 or 8 tokens share each weight load (else 1)
+};
+
+// How cumulative_mass sums in a dialect (kernel_source.hpp: mass_f64, mass_f32_pair).
+enum class mass_sum : std::uint8_t { f64, f32_pair };
+
+[[nodiscard]] constexpr std::uint32_t op_bit(kernel_op op) noexcept { return 1U << static_cast<unsigned>(op); }
+
+// A kernel language as a generator writes it: its words in messages and what it generates.
+struct dialect {
+  std::string_view where;     // the generator, named in errors ("cuda::generate_cuda")
+  std::string_view language;  // "CUDA", "Metal"
+  std::string_view warp;      // what it calls 32 lanes ("warp", "simdgroup")
+  std::string_view block;     // and a group of threads ("block", "threadgroup")
+  std::uint32_t ops;          // op_bit(op) of every op it generates
+  mass_sum mass;
+
+  [[nodiscard]] constexpr bool supports(kernel_op op) const noexcept { return (ops & op_bit(op)) != 0; }
+};
+
+// How many blocks a kernel is launched on, for the n of grid_blocks.
+enum class grid_rule : std::uint8_t {
+  rows,          // ceil(n / rows_per_block): the warp-per-row kernels
+  elements,      // ceil(n / (T · block_values)): one storage element per thread (n = cols)
+  threads,       // ceil(n / T): one value per thread
+  one_per_item,  // n: one block per token
+  single         // 1 block
+};
+
+// One kernel of an op: its name ($DT, $ACT, $SUFFIX, $T, $PASS filled), arguments, the thread
+// positions its body reads, its grid, and its body (kernel_source.hpp). A body with $ROWS
+// starts from source::warp_rows with $LIMIT and $ROW as given.
+struct kernel_text {
+  std::string_view name;
+  std::span<const param> params;
+  unsigned positions;
+  grid_rule grid;
+  std::string_view body;
+  std::string_view limit{};
+  std::string_view row{};
+};
+
+// One op: everything the generators and launchers know about it.
+struct op_entry {
+  kernel_op op;
+  std::string_view name;
+  std::span<const kernel_text> kernels;  // in launch order
+  bool reads_f32 = false;                // f32 activations or scores, not weights: weight must be f32
+  std::string_view one_row{};            // rows_per_warp must be 1, because ($BLOCK: the dialect's word)
+  bool uses_act = false;
+  bool batched = false;        // tokens_per_pass applies
+  bool order_key = false;      // reads device_math's order key
+  bool mass = false;           // sums with the dialect's mass accumulator
+  std::string_view helpers{};  // device functions the kernels call
+};
+
+namespace detail {
+
+namespace p = position;
+inline constexpr unsigned rows_positions = p::group | p::lane | p::warp;
+
+inline constexpr kernel_text gemv_kernels[] = {{"actsparse_gemv_$DT$SUFFIX", source::gemv_params, rows_positions,
+                                                grid_rule::rows, source::rows_store, "rows", "k"}};
+inline constexpr kernel_text gather_kernels[] = {{"actsparse_gather_gemv_$DT$SUFFIX", source::gather_params,
+                                                  rows_positions, grid_rule::rows, source::rows_store, "count",
+                                                  "idx[k]"}};
+inline constexpr kernel_text axpy_kernels[] = {
+    {"actsparse_row_axpy_$DT$SUFFIX", source::axpy_params, p::gid, grid_rule::elements, source::axpy}};
+inline constexpr kernel_text gate_kernels[] = {
+    {"actsparse_gate_$ACT_$DT$SUFFIX", source::gate_params, p::tid | rows_positions, grid_rule::rows, source::gate,
+     "rows", "k"},
+    {"actsparse_compact_t$T", source::compact_params, p::tid | p::group | p::groups | p::lane | p::warp,
+     grid_rule::rows, source::compact}};
+inline constexpr kernel_text token_gather_kernels[] = {{"actsparse_token_gather$SUFFIX", source::token_gather_params,
+                                                        p::tid | p::group, grid_rule::one_per_item,
+                                                        source::token_gather}};
+inline constexpr kernel_text token_scatter_kernels[] = {{"actsparse_token_scatter_add$SUFFIX",
+                                                         source::token_scatter_params, p::tid | p::group,
+                                                         grid_rule::one_per_item, source::token_scatter_add}};
+inline constexpr kernel_text top_k_kernels[] = {
+    {"actsparse_top_k$SUFFIX", source::top_k_params, p::tid | p::lane | p::warp, grid_rule::single, source::top_k}};
+inline constexpr kernel_text split_kernels[] = {
+    {"actsparse_row_axpy_partial_$DT$SUFFIX", source::axpy_partial_params, p::tid | p::grid_2d, grid_rule::elements,
+     source::axpy_partial},
+    {"actsparse_reduce_partials_t$T", source::reduce_params, p::gid, grid_rule::threads, source::reduce_partials}};
+inline constexpr kernel_text gather_values_kernels[] = {{"actsparse_gather_values$SUFFIX", source::gather_values_params,
+                                                         p::gid, grid_rule::threads, source::gather_values}};
+inline constexpr kernel_text gated_gather_kernels[] = {{"actsparse_gated_gather_$ACT_$DT$SUFFIX",
+                                                        source::gated_gather_params, rows_positions, grid_rule::rows,
+                                                        source::gated_gather}};
+inline constexpr kernel_text gated_hidden_kernels[] = {{"actsparse_gated_hidden_$ACT$SUFFIX",
+                                                        source::gated_hidden_params, p::gid, grid_rule::threads,
+                                                        source::gated_hidden}};
+inline constexpr kernel_text batched_kernels[] = {{"actsparse_batched_gemv_$DT$SUFFIX_b$PASS",
+                                                   source::batched_gemv_params, rows_positions, grid_rule::rows,
+                                                   source::batched_gemv}};
+inline constexpr kernel_text mass_kernels[] = {{"actsparse_cumulative_mass$SUFFIX", source::cumulative_mass_params,
+                                                p::tid | p::lane | p::warp, grid_rule::single,
+                                                source::cumulative_mass}};
+
+inline constexpr std::string_view per_token = "one $BLOCK per token";
+inline constexpr std::string_view one_block = "one $BLOCK";
+inline constexpr std::string_view elementwise = "elementwise";
+inline constexpr std::string_view owns_columns = "each thread owns columns and loops over the kept rows";
+
+}  // namespace detail
+
+// One entry per op, in the order of kernel_op.
+inline constexpr op_entry ops[] = {
+    {kernel_op::gemv, "gemv", detail::gemv_kernels},
+    {kernel_op::gather_gemv, "gather_gemv", detail::gather_kernels},
+    {kernel_op::row_axpy, "row_axpy", detail::axpy_kernels, false, detail::owns_columns},
+    {kernel_op::gate_select, "gate_select", detail::gate_kernels, false, {}, true},
+    {kernel_op::token_gather, "token_gather", detail::token_gather_kernels, true, detail::per_token},
+    {kernel_op::token_scatter_add, "token_scatter_add", detail::token_scatter_kernels, true, detail::per_token},
+    {kernel_op::top_k, "top_k", detail::top_k_kernels, true, detail::one_block, false, false, true, false,
+     source::top_k_helpers},
+    {kernel_op::row_axpy_split, "row_axpy_split", detail::split_kernels, false, detail::owns_columns},
+    {kernel_op::gather_values, "gather_values", detail::gather_values_kernels, true, detail::elementwise},
+    {kernel_op::gated_gather, "gated_gather", detail::gated_gather_kernels, false, {}, true},
+    {kernel_op::gated_hidden, "gated_hidden", detail::gated_hidden_kernels, true, detail::elementwise, true},
+    {kernel_op::batched_gemv, "batched_gemv", detail::batched_kernels, false, {}, false, true},
+    {kernel_op::cumulative_mass, "cumulative_mass", detail::mass_kernels, true, detail::one_block, false, false, true,
+     true},
+};
+
+// The entry of op; nullptr for a value outside the enum.
+[[nodiscard]] constexpr const op_entry* find(kernel_op op) noexcept {
+  for (const op_entry& e : ops) {
+    if (e.op == op) return &e;
+  }
+  return nullptr;
+}
+
+[[nodiscard]] constexpr std::string_view name(kernel_op op) noexcept {
+  const op_entry* e = find(op);
+  return e != nullptr ? e->name : "?";
+}
+
+// Every op a generator can know.
+inline constexpr std::uint32_t all_ops = [] {
+  std::uint32_t bits = 0;
+  for (const op_entry& e : ops) bits |= op_bit(e.op);
+  return bits;
+}();
+
+// A $KEY and its value.
+using key = std::pair<std::string_view, std::string>;
+
+namespace detail {
+
+// Replaces every $KEY (the longest run of capital letters after '$') by its value; a key that
+// is not in `keys` is a generator bug and throws.
+[[nodiscard]] inline std::string substitute(std::string_view text, std::span<const key> keys) {
+  std::string out;
+  out.reserve(text.size() + 256);
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t at = text.find('$', i);
+    if (at == std::string_view::npos) {
+      out.append(text.substr(i));
+      break;
+    }
+    out.append(text.substr(i, at - i));
+    std::size_t end = at + 1;
+    while (end < text.size() && text[end] >= 'A' && text[end] <= 'Z') ++end;
+    const std::string_view k = text.substr(at + 1, end - at - 1);
+    const auto found = std::find_if(keys.begin(), keys.end(), [&](const key& kv) { return kv.first == k; });
+    if (found == keys.end()) {
+      ::actsparse::detail::fail_described("gpu::substitute", "text", "$" + std::string(k) + " has no value",
+                                          "a placeholder of the kernel config");
+    }
+    out.append(found->second);
+    i = end;
+  }
+  return out;
+}
+
+[[nodiscard]] constexpr bool one_two_four_eight(unsigned v) noexcept { return v == 1 || v == 2 || v == 4 || v == 8; }
+
+// "a, b or c" of the names that pass `keep`.
+template <class Name, class Keep>
+[[nodiscard]] std::string list_of(unsigned count, Name name_at, Keep keep) {
+  std::vector<std::string_view> names;
+  for (unsigned i = 0; i < count; ++i) {
+    if (keep(i)) names.push_back(name_at(i));
+  }
+  std::string s;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) s += i + 1 == names.size() ? " or " : ", ";
+    s += names[i];
+  }
+  return s;
+}
+
+inline std::string op_list(const dialect& d) {
+  return list_of(
+      static_cast<unsigned>(std::size(ops)), [](unsigned i) { return ops[i].name; },
+      [&](unsigned i) { return d.supports(ops[i].op); });
+}
+
+inline std::string dtype_list() {
+  return list_of(
+      256, [](unsigned i) { return name(static_cast<dtype>(i)); },
+      [](unsigned i) { return info(static_cast<dtype>(i)).name != "?" && supports(static_cast<dtype>(i)); });
+}
+
+inline std::string activation_list() {
+  return list_of(
+      256, [](unsigned i) { return name(static_cast<activation>(i)); },
+      [](unsigned i) { return supports(static_cast<activation>(i)); });
+}
+
+inline std::string with_block(std::string_view text, const dialect& d) {
+  const key k[] = {{"BLOCK", std::string(d.block)}};
+  return substitute(text, k);
+}
+
+}  // namespace detail
+
+// Throws actsparse::error naming d.where and what was expected when d cannot generate c.
+inline const op_entry& validate(const kernel_config& c, const dialect& d) {
+  namespace ad = ::actsparse::detail;
+  const std::string_view w = d.where;
+  const op_entry* e = find(c.op);
+  if (e == nullptr || !d.supports(c.op)) {
+    ad::fail(w, "op", e != nullptr ? std::string(e->name) : std::to_string(static_cast<int>(c.op)),
+             "an op with a " + std::string(d.language) + " kernel: " + detail::op_list(d));
+  }
+  ad::require(supports(c.weight), w, "weight", static_cast<int>(c.weight), detail::dtype_list());
+  ad::require(supports(c.act), w, "act", static_cast<int>(c.act), detail::activation_list());
+  ad::require(c.threads_per_block >= 32 && c.threads_per_block <= 1024 && c.threads_per_block % 32 == 0, w,
+              "threads_per_block", c.threads_per_block,
+              "a multiple of 32 (the " + std::string(d.warp) + " width) in [32, 1024]");
+  if (e->reads_f32) {
+    ad::require(c.weight == dtype::f32, w, "weight", name(c.weight),
+                "f32 for " + std::string(e->name) + " (it reads f32 activations or scores)");
+  }
+  if (!e->one_row.empty()) {
+    ad::require(c.rows_per_warp == 1, w, "rows_per_warp", c.rows_per_warp,
+                "1 for " + std::string(e->name) + " (" + detail::with_block(e->one_row, d) + ")");
+  } else {
+    ad::require(detail::one_two_four_eight(c.rows_per_warp), w, "rows_per_warp", c.rows_per_warp, "1, 2, 4 or 8");
+  }
+  if (e->batched) {
+    ad::require(detail::one_two_four_eight(c.tokens_per_pass), w, "tokens_per_pass", c.tokens_per_pass,
+                "1, 2, 4 or 8 for batched_gemv");
+  } else {
+    ad::require(c.tokens_per_pass == 1, w, "tokens_per_pass", c.tokens_per_pass,
+                "1 (only batched_gemv reads several tokens per pass)");
+  }
+  return *e;
+}
+
+namespace detail {
+
+[[nodiscard]] inline std::string suffix(const kernel_config& c) {
+  std::string s = "_t" + std::to_string(c.threads_per_block);
+  if (c.rows_per_warp > 1) s += "_r" + std::to_string(c.rows_per_warp);
+  return s;
+}
+
+// The keys of a valid config.
+[[nodiscard]] inline std::vector<key> config_keys(const kernel_config& c) {
+  const std::size_t bv = block_values(c.weight);
+  return {{"T", std::to_string(c.threads_per_block)},
+          {"WARPS", std::to_string(c.threads_per_block / 32)},
+          {"R", std::to_string(c.rows_per_warp)},
+          {"BV", std::to_string(bv)},
+          {"DT", std::string(name(c.weight))},
+          {"ACT", std::string(name(c.act))},
+          {"PASS", std::to_string(c.tokens_per_pass)},
+          {"SUFFIX", suffix(c)},
+          {"EUNROLL", bv == 1 ? "GPU_UNROLL_N(2)" : "GPU_UNROLL_N(1)"}};
+}
+
+}  // namespace detail
+
+// The names of the kernels c defines, in launch order (the same in every dialect).
+[[nodiscard]] inline std::vector<std::string> kernel_names(const kernel_config& c, const dialect& d) {
+  const op_entry& e = validate(c, d);
+  const std::vector<key> keys = detail::config_keys(c);
+  std::vector<std::string> names;
+  for (const kernel_text& k : e.kernels) names.push_back(detail::substitute(k.name, keys));
+  return names;
+}
+
+// Rows of the matrix (gemv, gate_select, batched_gemv) or of the index list (gather_gemv,
+// gated_gather) that one block covers; for gate_select it is also compact's rows_per_block.
+[[nodiscard]] inline unsigned rows_per_block(const kernel_config& c, const dialect& d) {
+  (void)validate(c, d);
+  return c.threads_per_block / 32 * c.rows_per_warp;
+}
+
+// row_axpy_split: the number of splits for `count` kept rows, rows_per_split of them per split.
+// 0 when count is 0: launch only the reduction then (it writes zeros).
+[[nodiscard]] inline std::size_t split_count(std::size_t count, std::size_t rows_per_split) {
+  ::actsparse::detail::require(rows_per_split > 0, "gpu::split_count", "rows_per_split", rows_per_split,
+                               "at least 1 kept row per split");
+  return (count + rows_per_split - 1) / rows_per_split;
+}
+
+// Blocks to launch kernel_names(c)[kernel] on for n = rows (gemv, gate_select, batched_gemv),
+// count (gather_gemv, gated_gather, gather_values), cols (row_axpy, both kernels of
+// row_axpy_split: the partial kernel's blocks of one split), n (gated_hidden), tokens (the token
+// ops); top_k and cumulative_mass take 1 block.
+[[nodiscard]] inline std::size_t grid_blocks(const kernel_config& c, std::size_t n, std::size_t kernel,
+                                             const dialect& d) {
+  const op_entry& e = validate(c, d);
+  ::actsparse::detail::require(kernel < e.kernels.size(), d.where, "kernel", kernel,
+                               "the position of a kernel in kernel_names(c)");
+  std::size_t per_block = 1;
+  switch (e.kernels[kernel].grid) {
+    case grid_rule::one_per_item:
+      return n;
+    case grid_rule::single:
+      return 1;
+    case grid_rule::rows:
+      per_block = std::size_t{c.threads_per_block} / 32 * c.rows_per_warp;
+      break;
+    case grid_rule::elements:
+      per_block = std::size_t{c.threads_per_block} * block_values(c.weight);
+      break;
+    case grid_rule::threads:
+      per_block = c.threads_per_block;
+      break;
+  }
+  return (n + per_block - 1) / per_block;
+}
+
+// One kernel of a config, neutral: a dialect writes its signature around `body`.
+struct kernel_body {
+  std::string name;
+  std::span<const param> params;
+  unsigned positions;
+  std::string body;
+};
+
+// The kernels of a config: device functions first (decoder, order key, activations, lane sums,
+// the mass accumulator, the op's helpers), then each kernel. All of it is dialect-neutral text.
+struct kernel_set {
+  std::string functions;
+  std::vector<kernel_body> kernels;
+};
+
+[[nodiscard]] inline kernel_set describe(const kernel_config& c, const dialect& d) {
+  const op_entry& e = validate(c, d);
+  const std::vector<key> keys = detail::config_keys(c);
+  kernel_set out;
+  std::string& f = out.functions;
+  if (!e.reads_f32) {
+    const dtype_info t = info(c.weight);
+    const std::string dt(t.name);
+    f += "GPU_CONSTANT unsigned int actsparse_" + dt + "_bytes = " + std::to_string(t.block_bytes) + "u;\n";
+    if (t.block_values > 1)
+      f += "GPU_CONSTANT unsigned int actsparse_" + dt + "_values = " + std::to_string(t.block_values) + "u;\n";
+    f.append(decoder_source(c.weight)).append("\n");
+  }
+  if (e.order_key) f.append(order_key_source).append("\n");
+  if (e.uses_act) f.append(activations_source).append("\n");
+  f.append(source::simd_sums);
+  if (e.mass) f.append(d.mass == mass_sum::f64 ? source::mass_f64 : source::mass_f32_pair);
+  f += detail::substitute(e.helpers, keys);
+  for (const kernel_text& k : e.kernels) {
+    std::vector<key> kk = keys;
+    if (!k.limit.empty()) {
+      std::vector<key> rows = keys;
+      rows.emplace_back("LIMIT", k.limit);
+      rows.emplace_back("ROW", k.row);
+      kk.emplace_back("ROWS", detail::substitute(source::warp_rows, rows));
+      kk.emplace_back("LIMIT", k.limit);
+    }
+    out.kernels.push_back({detail::substitute(k.name, keys), k.params, k.positions, detail::substitute(k.body, kk)});
+  }
+  return out;
+}
+
+// "op=gemv weight=f16 act=silu threads_per_<block>=256 rows_per_<warp>=2": the config in a
+// generated source's first line.
+[[nodiscard]] inline std::string config_line(const kernel_config& c, const dialect& d) {
+  const op_entry& e = validate(c, d);
+  std::string s = "op=" + std::string(e.name) + " weight=" + std::string(name(c.weight));
+  if (e.uses_act) s += " act=" + std::string(name(c.act));
+  s += " threads_per_" + std::string(d.block) + "=" + std::to_string(c.threads_per_block);
+  s += " rows_per_" + std::string(d.warp) + "=" + std::to_string(c.rows_per_warp);
+  if (e.batched) s += " tokens_per_pass=" + std::to_string(c.tokens_per_pass);
+  return s;
+}
+
+}  // namespace actsparse::gpu
