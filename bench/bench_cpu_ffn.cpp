@@ -8,11 +8,11 @@
 // is runs of 64 neighbouring neurons (what a predictor that co-locates co-active neurons
 // gives); the coalesced rows run the random set with cpu_backend::coalesce_gap = 2 (skipped
 // runs of up to 2 rows read too; gbps still counts only the kept rows). The random rows take the
-// backend's default crossover (cpu::measured_read_all_from: from there every row is read, as
+// backend's default crossover (cpu_backend::tuning.crossover: from there every row is read, as
 // dense does); the gathered rows, at the activities around it, run the same random set with
-// read_all_from = 1 (always gathered), which is how the crossover was measured (gbps counts
+// tuning.read_all_from = 1 (always gathered), which is how the crossover was measured (gbps counts
 // the kept rows for both). The q8_0_x16 / q4_0_x16 rows have interleaved copies of gate, up and
-// W_down (cpu::interleave_rows): their dense reads the copies, their sparse steps read the
+// W_down (cpu::weight_layouts): their dense reads the copies, their sparse steps read the
 // gate's copy and gather from the row-major blocks and down_t below the crossover; their
 // gathered rows sit at lower activities, where their crossover lies. Dense is dense_ffn with the same weights,
 // interleaved in the same iterations. Several layers are cycled so that no weight byte comes from the L3.

@@ -5,7 +5,7 @@
 // 11008 × 4096 weight (row axpy; a = the kept fraction of input channels), against the read bandwidth measured in the
 // same process, at 1 and 2 threads (a blocking thread_pool), and each kernel's compute
 // ceiling (the `cache` rows, BM_cpu_ceiling). The q8_0_x16 / q4_0_x16 rows run the dense GEMV
-// from interleaved copies (cpu::interleave_rows) against the row-major one. Counters:
+// from interleaved copies (cpu::weight_layouts) against the row-major one. Counters:
 //   gbps           weight bytes that must be read / time (1e9 bytes per GB)
 //   pct_of_stream  gbps / the read bandwidth measured at the same thread count (a ratio)
 //   speedup        dense time / this time, dense interleaved in the same iterations

@@ -2,6 +2,13 @@
 // scores (Llama-7B d_ff) drawn like |SiLU(gate)|, a 4096-token prefill, one token's 64
 // router probabilities. Reports items_per_second (scores per second) and `us` (microseconds
 // per call). Run: bench_selectors --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+// bench_selectors is the cost without the CPU backend (the portable passes); bench_selectors_cpu
+// is the same program with the backend linked, which installs its passes where the CPU has them.
+
+#ifdef ACTSPARSE_BENCH_WITH_CPU_BACKEND
+#define ACTSPARSE_CPU_IMPLEMENTATION
+#include <actsparse/backends/cpu/implementation.hpp>
+#endif
 
 #include <actsparse/core/selection.hpp>
 #include <actsparse/selectors/adaptive_top_k.hpp>

@@ -2,6 +2,8 @@
 //   0: llama2c::checkpoint::from_bytes
 //   1: llama2c::tokenizer::from_bytes with vocab_size 512 (tok512's)
 //   2: llama2c::tokenizer::from_bytes with vocab_size = the next 4 bytes (little-endian uint32)
+//   3: actsparse::per_layer_table<float> / <std::size_t>::parse (the per-layer text format that
+//      threshold_calibration and the calibration files use), then the text form parsed back
 // A loaded object is then used (every weight view read, every token decoded, text encoded).
 // actsparse::error is the expected outcome for malformed bytes; anything else (a crash, a
 // sanitizer report, another exception) is a finding.
@@ -10,6 +12,7 @@
 #include "llama2c/tokenizer.hpp"
 
 #include <actsparse/core/error.hpp>
+#include <actsparse/schedules/per_layer_table.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -62,13 +65,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const std::span<const char> rest(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
-    switch (data[0] % 3) {
+    switch (data[0] % 4) {
       case 0:
         use(llama2c::checkpoint::from_bytes(rest, "fuzz"));
         break;
       case 1:
         use(llama2c::tokenizer::from_bytes(rest, 512, "fuzz"), std::string_view(rest.data(), rest.size()));
         break;
+      case 3: {
+        const std::string_view text(rest.data(), rest.size());
+        try {
+          const auto t = actsparse::per_layer_table<float>::parse(text);
+          if (!(actsparse::per_layer_table<float>::parse(t.to_string()) == t)) __builtin_trap();  // exact round trip
+        } catch (const actsparse::error&) {
+        }
+        (void)actsparse::per_layer_table<std::size_t>::parse(text);
+        break;
+      }
       default: {
         if (rest.size() < 4) return 0;
         std::uint32_t vocab = 0;

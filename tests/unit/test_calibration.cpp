@@ -34,8 +34,8 @@ double fraction_at_most(const std::vector<float>& v, float t) {
 }
 
 std::vector<float> load_text(const std::string& text) {
-  std::istringstream is(text);
-  return threshold_calibration::load(is);
+  const per_layer_table<float> t = per_layer_table<float>::parse(text);
+  return {t.values().begin(), t.values().end()};
 }
 
 }  // namespace
@@ -72,10 +72,10 @@ TEST_CASE("threshold_calibration: drops the target fraction of each layer within
   }
   const auto t = cal.thresholds(0.5);
   REQUIRE(t.size() == 3);
-  for (std::size_t layer = 0; layer < 3; ++layer) CHECK(t[layer] == cal.threshold_for(layer, 0.5));
+  for (std::size_t layer = 0; layer < 3; ++layer) CHECK(t.at(layer) == cal.threshold_for(layer, 0.5));
   const std::vector<double> per_layer = {0.1, 0.5, 0.9};
   const auto tl = cal.thresholds(per_layer);
-  for (std::size_t layer = 0; layer < 3; ++layer) CHECK(tl[layer] == cal.threshold_for(layer, per_layer[layer]));
+  for (std::size_t layer = 0; layer < 3; ++layer) CHECK(tl.at(layer) == cal.threshold_for(layer, per_layer[layer]));
 }
 
 TEST_CASE("threshold_calibration: exact small cases") {
@@ -131,16 +131,14 @@ TEST_CASE("threshold_calibration: save and load round-trip exactly") {
   threshold_calibration cal;
   for (std::size_t layer = 0; layer < 5; ++layer) cal.add(layer, samples(1000, rng, 2));
   for (const double s : {0.0, 0.3, 0.77}) {
-    const auto t = cal.thresholds(s);
-    std::ostringstream os;
-    threshold_calibration::save(os, t);
-    const auto back = load_text(os.str());
+    const per_layer_table<float> t = cal.thresholds(s);
+    const auto back = load_text(t.to_string());
     REQUIRE(back.size() == t.size());
     for (std::size_t i = 0; i < t.size(); ++i)
-      CHECK(std::bit_cast<std::uint32_t>(back[i]) == std::bit_cast<std::uint32_t>(t[i]));
+      CHECK(std::bit_cast<std::uint32_t>(back[i]) == std::bit_cast<std::uint32_t>(t.at(i)));
   }
   const auto path = std::filesystem::temp_directory_path() / "actsparse_test_thresholds.txt";
-  const std::vector<float> t = {-std::numeric_limits<float>::infinity(), 0.1F, 1e-30F, 3.4e38F};
+  const per_layer_table<float> t(std::vector<float>{-std::numeric_limits<float>::infinity(), 0.1F, 1e-30F, 3.4e38F});
   threshold_calibration::save(path, t);
   CHECK(threshold_calibration::load(path) == t);
   std::filesystem::remove(path);
@@ -149,17 +147,17 @@ TEST_CASE("threshold_calibration: save and load round-trip exactly") {
   CHECK(load_text("# header\n\n0\t0.5 # first\r\n1 -inf\n  2   7\n") == std::vector<float>{0.5F, -INFINITY, 7.0F});
 }
 
-TEST_CASE("threshold_calibration: malformed text names the line") {
-  CHECK_THROWS_WITH_AS((void)(load_text("0 0.5\n1\n")), doctest::Contains("'line 2'"), error);
-  CHECK_THROWS_WITH_AS((void)(load_text("0 0.5\n1\n")), doctest::Contains("found one"), error);
-  CHECK_THROWS_WITH_AS((void)(load_text("0 0.5 9\n")), doctest::Contains("'line 1' is \"0 0.5 9\""), error);
-  CHECK_THROWS_WITH_AS((void)(load_text("0 abc\n")), doctest::Contains("a threshold"), error);
-  CHECK_THROWS_WITH_AS((void)(load_text("0 0.5x\n")), doctest::Contains("'line 1'"), error);
+TEST_CASE("threshold_calibration: malformed text names the line (per_layer_table's parser)") {
+  CHECK_THROWS_WITH_AS((void)(load_text("0 0.5\n1\n")), doctest::Contains("line 2: \"1\"; expected two tokens"), error);
+  CHECK_THROWS_WITH_AS((void)(load_text("0 0.5 9\n")), doctest::Contains("line 1: \"0 0.5 9\""), error);
+  CHECK_THROWS_WITH_AS((void)(load_text("0 abc\n")), doctest::Contains("a decimal number or +-inf"), error);
+  CHECK_THROWS_WITH_AS((void)(load_text("0 0.5x\n")), doctest::Contains("line 1"), error);
   CHECK_THROWS_WITH_AS((void)(load_text("0 nan\n")), doctest::Contains("not NaN"), error);
   CHECK_THROWS_WITH_AS((void)(load_text("x 0.5\n")), doctest::Contains("a layer number"), error);
   CHECK_THROWS_WITH_AS((void)(load_text("-1 0.5\n")), doctest::Contains("a layer number"), error);
-  CHECK_THROWS_WITH_AS((void)(load_text("0 1\n# gap\n2 1\n")), doctest::Contains("'line 3'"), error);
-  CHECK_THROWS_WITH_AS((void)(load_text("0 1\n2 1\n")), doctest::Contains("layer 1 next"), error);
-  CHECK_THROWS_WITH_AS((void)(load_text("0 1\n0 2\n")), doctest::Contains("'line 2'"), error);
-  CHECK_THROWS_WITH_AS((void)(load_text("# nothing\n\n")), doctest::Contains("without any layer"), error);
+  CHECK_THROWS_WITH_AS((void)(load_text("0 1\n2 1\n")), doctest::Contains("without layer 1"), error);
+  CHECK_THROWS_WITH_AS((void)(load_text("0 1\n0 2\n")), doctest::Contains("line 2: layer 0 again"), error);
+  CHECK(load_text("# nothing\n\n").empty());
+  CHECK_THROWS_WITH_AS((void)(threshold_calibration::load("/nonexistent/thresholds.txt")),
+                       doctest::Contains("a readable file"), error);
 }

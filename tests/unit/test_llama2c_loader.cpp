@@ -3,6 +3,7 @@
 // names the problem (mutated copies of the real bytes, and tiny checkpoints built here).
 
 #include "llama2c/checkpoint.hpp"
+#include "llama2c/model.hpp"
 #include "llama2c/tokenizer.hpp"
 
 #include <actsparse/core/error.hpp>
@@ -263,4 +264,17 @@ TEST_CASE("llama2c tokenizer: malformed files") {
   std::vector<char> tail = make_tokenizer(16, {{"<unk>", 0}});
   put_i32(tail, 8, 9);
   CHECK_THROWS_WITH_AS((void)tokenizer::from_bytes(tail, 1), doctest::Contains("truncated in token 0"), error);
+}
+
+TEST_CASE("llama2c model: a KV cache above the documented limit is a clear error, not bad_alloc") {
+  // Every header field within its limit (seq_len 2^20, 128 layers): a 17 MB checkpoint whose
+  // KV cache would take 2 x 128 x 2^20 x 4 floats = 4 GiB.
+  const header h{8, 12, 128, 2, 1, 16, 1 << 20};
+  const checkpoint c = checkpoint::from_bytes(make_checkpoint(h), "long context");
+  const llama2c::model m(c);
+  CHECK_THROWS_WITH_AS((void)m.new_cache(), doctest::Contains("expected at most model::max_cache_bytes"), error);
+  // A shorter context fits.
+  const header short_h{8, 12, 2, 2, 1, 16, 64};
+  const checkpoint small = checkpoint::from_bytes(make_checkpoint(short_h), "short context");
+  CHECK(llama2c::model(small).new_cache().k.size() == 2 * 64 * 4);
 }

@@ -216,9 +216,9 @@ TEST_CASE("schedules: per_layer_table text form round-trips and loads in any ord
 }
 
 TEST_CASE("schedules: per_layer_table text errors name the line") {
-  CHECK_THROWS_WITH_AS((void)per_layer_table<float>::parse("0 0.5\n1 abc\n"),
-                       doctest::Contains("argument 'text' is line 2: \"1 abc\"; expected a finite decimal number"),
-                       error);
+  CHECK_THROWS_WITH_AS(
+      (void)per_layer_table<float>::parse("0 0.5\n1 abc\n"),
+      doctest::Contains("argument 'text' is line 2: \"1 abc\"; expected a decimal number or +-inf (not NaN)"), error);
   CHECK_THROWS_WITH_AS((void)per_layer_table<float>::parse("0 0.5\nx 0.1\n"),
                        doctest::Contains("line 2: \"x 0.1\"; expected a layer number"), error);
   CHECK_THROWS_WITH_AS((void)per_layer_table<float>::parse("# c\n0 0.5\n1 0.1 2\n"),

@@ -4,22 +4,18 @@
 // fraction of them. At inference the `threshold` selector applies it with no ranking.
 
 #include <actsparse/core/error.hpp>
+#include <actsparse/schedules/per_layer_table.hpp>
 #include <actsparse/selectors/threshold.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <istream>
 #include <limits>
-#include <ostream>
 #include <span>
 #include <string>
-#include <string_view>
-#include <system_error>
+#include <utility>
 #include <vector>
 
 namespace actsparse {
@@ -91,81 +87,31 @@ class threshold_calibration {
   }
 
   // One threshold per layer 0 .. layer_count() - 1 (indexed by layer); every layer needs samples.
-  [[nodiscard]] std::vector<float> thresholds(double sparsity) const {
+  // A per_layer_table<float> is a layer schedule: neuron_sparse_ffn and input_sparse_linear take
+  // it with a threshold selector as it is.
+  [[nodiscard]] per_layer_table<float> thresholds(double sparsity) const {
     std::vector<float> t(layers_.size());
     for (std::size_t l = 0; l < t.size(); ++l) t[l] = threshold_for(l, sparsity);
-    return t;
+    return per_layer_table<float>(std::move(t));
   }
   // With a sparsity per layer (sparsity_per_layer.size() layers).
-  [[nodiscard]] std::vector<float> thresholds(std::span<const double> sparsity_per_layer) const {
+  [[nodiscard]] per_layer_table<float> thresholds(std::span<const double> sparsity_per_layer) const {
     std::vector<float> t(sparsity_per_layer.size());
     for (std::size_t l = 0; l < t.size(); ++l) t[l] = threshold_for(l, sparsity_per_layer[l]);
-    return t;
+    return per_layer_table<float>(std::move(t));
   }
 
   [[nodiscard]] threshold selector_for(std::size_t layer, double sparsity) const {
     return threshold{threshold_for(layer, sparsity)};
   }
 
-  // Text: a "# layer threshold" comment, then one "layer threshold" line per layer, layers
-  // 0, 1, 2, ... in order; thresholds are printed with the fewest digits that read back the
-  // same float ("-inf" for sparsity 0).
-  static void save(std::ostream& os, std::span<const float> thresholds) {
-    os << "# layer threshold\n";
-    for (std::size_t l = 0; l < thresholds.size(); ++l) {
-      char buf[64];
-      const auto r = std::to_chars(buf, buf + sizeof buf, thresholds[l]);
-      os << l << ' ' << std::string_view(buf, static_cast<std::size_t>(r.ptr - buf)) << '\n';
-    }
+  // The thresholds as a file: per_layer_table's text form ("layer value" lines; -inf, a
+  // sparsity of 0, reads back as -inf), one format and one parser for every per-layer table.
+  static void save(const std::filesystem::path& path, const per_layer_table<float>& thresholds) {
+    thresholds.save(path);
   }
-  static void save(const std::filesystem::path& path, std::span<const float> thresholds) {
-    std::ofstream os(path, std::ios::binary | std::ios::trunc);
-    save(os, thresholds);
-    os.close();
-    if (!os) detail::fail("threshold_calibration::save", "path", path.string(), "a writable file");
-  }
-
-  // Reads what save writes. Blank lines and '#' comments are skipped; every other line is
-  // exactly "layer threshold" with the layers 0, 1, 2, ... in order and a threshold that is
-  // a decimal number or +-inf (not NaN). Any other line is an error naming its number.
-  [[nodiscard]] static std::vector<float> load(std::istream& is) {
-    std::vector<float> t;
-    std::string line;
-    for (std::size_t line_no = 1; std::getline(is, line); ++line_no) {
-      const auto bad = [&](std::string_view expected) { fail_line(line_no, line, expected); };
-      std::string_view content(line);
-      content = content.substr(0, content.find('#'));
-      std::string_view tok[2];
-      std::size_t count = 0;
-      for (std::size_t i = 0; i < content.size();) {
-        if (content[i] == ' ' || content[i] == '\t' || content[i] == '\r') {
-          ++i;
-          continue;
-        }
-        const std::size_t j = std::min(content.find_first_of(" \t\r", i), content.size());
-        if (count == 2) bad("exactly two fields, \"layer threshold\" (found more)");
-        tok[count++] = content.substr(i, j - i);
-        i = j;
-      }
-      if (count == 0) continue;
-      if (count == 1) bad("two fields, \"layer threshold\" (found one)");
-      std::size_t layer = 0;
-      if (!parse(tok[0], layer)) bad("a layer number (decimal digits) as the first field");
-      if (layer != t.size()) bad("layer " + std::to_string(t.size()) + " next (layers 0, 1, 2, ... in order)");
-      float value = 0.0F;
-      if (!parse(tok[1], value) || std::isnan(value))
-        bad("a threshold (a decimal number or +-inf, not NaN) as the second field");
-      t.push_back(value);
-    }
-    if (is.bad()) detail::fail("threshold_calibration::load", "stream", "unreadable", "a readable stream");
-    if (t.empty())
-      detail::fail("threshold_calibration::load", "text", "without any layer", "at least one line \"0 threshold\"");
-    return t;
-  }
-  [[nodiscard]] static std::vector<float> load(const std::filesystem::path& path) {
-    std::ifstream is(path, std::ios::binary);
-    if (!is) detail::fail("threshold_calibration::load", "path", path.string(), "a readable file");
-    return load(is);
+  [[nodiscard]] static per_layer_table<float> load(const std::filesystem::path& path) {
+    return per_layer_table<float>::load(path);
   }
 
  private:
@@ -180,17 +126,6 @@ class threshold_calibration {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
-  }
-
-  [[noreturn]] static void fail_line(std::size_t line_no, const std::string& line, std::string_view expected) {
-    detail::fail("threshold_calibration::load", "line " + std::to_string(line_no), line, expected);
-  }
-
-  template <class V>
-  static bool parse(std::string_view s, V& out) noexcept {
-    const char* end = s.data() + s.size();
-    const auto r = std::from_chars(s.data(), end, out);
-    return r.ec == std::errc() && r.ptr == end;
   }
 
   std::vector<reservoir> layers_;

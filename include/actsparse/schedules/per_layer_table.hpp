@@ -58,7 +58,8 @@ class per_layer_table {
   // Text: one "layer value" line per layer, in any order; blank lines and '#' comments (to the
   // end of the line) are ignored; spaces, tabs and a '\r' before '\n' separate tokens. Every
   // layer from 0 to the largest must appear exactly once. Values are decimal (float / double:
-  // finite, as std::from_chars reads them, no leading '+'; size_t: digits only).
+  // as std::from_chars reads them, no leading '+', in range, "inf" / "-inf" allowed (a
+  // threshold of -inf keeps everything), NaN not; size_t: digits only).
   [[nodiscard]] static per_layer_table parse(std::string_view text) requires per_layer_text_value<T> {
     return parse_impl(text, "per_layer_table::parse", "text", "");
   }
@@ -133,7 +134,7 @@ class per_layer_table {
       if (!read(tokens[0], e.layer)) bad(line_no, line, "a layer number (decimal digits) as the first token");
       if (!read(tokens[1], e.value)) {
         bad(line_no, line,
-            std::is_floating_point_v<T> ? "a finite decimal number as the value"
+            std::is_floating_point_v<T> ? "a decimal number or +-inf (not NaN) as the value"
                                         : "a non-negative integer (decimal digits) as the value");
       }
       entries.push_back(e);
@@ -169,7 +170,7 @@ class per_layer_table {
     const char* end = token.data() + token.size();
     const auto r = std::from_chars(token.data(), end, out);
     if (r.ec != std::errc() || r.ptr != end) return false;
-    if constexpr (std::is_floating_point_v<V>) return std::isfinite(out);
+    if constexpr (std::is_floating_point_v<V>) return !std::isnan(out);
     return true;
   }
 

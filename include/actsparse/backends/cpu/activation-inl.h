@@ -1,8 +1,8 @@
 // Per-target kernel (Highway) for the gated FFN's activation over a vector: v[i] = act(v[i])
 // for SiLU, GELU (tanh form) and ReLU. The scalar std::exp / std::tanh of core/activation.hpp
-// take 2 ns a value; a decode step's 11008 gate values cost 20-27 µs of serial time there,
-// 2-4% of a two-thread dense FFN. Here both are rewritten on one vector exp (Highway's
-// contrib Exp, at most 1 ulp) as a logistic:
+// run serially between the gate GEMV and the selector, a visible share of a decode step
+// (docs/PERFORMANCE.md). Here both are rewritten on one vector exp (Highway's contrib Exp, at
+// most 1 ulp) as a logistic:
 //   sigmoid(z) = 1 / (1 + t) for z >= 0, t / (1 + t) for z < 0, with t = exp(-|z|) in (0, 1]
 // (no overflow anywhere, so no range cases), silu(g) = g·sigmoid(g), and, since 1 + tanh(z)
 // = 2·sigmoid(2z), gelu(g) = g·sigmoid(2·sqrt(2/pi)·(g + 0.044715·g³)). The result is within a

@@ -109,7 +109,7 @@ HWY_INLINE void dot_rows(const T* const* HWY_RESTRICT w, const T* const* HWY_RES
 }
 
 // Rows computed together: the streams one thread reads at once. One core needs many
-// streams in flight to reach the memory bandwidth (8 on a Zen 5); AVX-512 has the registers
+// streams in flight to reach the memory bandwidth; AVX-512 has the registers
 // for 8 rows × 2 accumulators, AVX2 and narrower targets take 4.
 inline constexpr std::size_t rows_at_once = HWY_MAX_BYTES >= 64 ? 8 : 4;
 

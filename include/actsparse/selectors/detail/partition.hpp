@@ -4,9 +4,9 @@
 // mass is reached, and the index-order pass that turns that boundary into sorted indices
 // with ties broken by lower index.
 //
-// Why not std::nth_element: on 11008 floats it measured 50-75 us (mispredicted compares);
-// the whole selector must take under 30 us. Selection here runs on integer keys (integer
-// compares measured ~2x faster than float ones) in three steps: a sample of 256 scores
+// Why not std::nth_element: its mispredicted float compares cost more on 11008 scores than
+// the whole selector's budget (docs/PERFORMANCE.md). Selection here runs on integer keys
+// (cheaper compares than floats) in three steps: a sample of 256 scores
 // brackets the boundary; the pass that must read every score anyway (its index-order sum
 // is latency bound, so the extra work is nearly free) gathers the scores inside the
 // bracket, and vectorised passes count (or sum) those above it; radix levels over the
