@@ -17,11 +17,11 @@ class borrowed_span : public std::span<T> {
  public:
   constexpr borrowed_span() noexcept = default;
   constexpr borrowed_span(T* data, std::size_t size) noexcept : std::span<T>(data, size) {}
+  // Implicit as std::span's; the constraint keeps the copy and move constructors in charge.
   template <class R>
-  requires(!std::is_same_v<std::remove_cvref_t<R>, borrowed_span> &&
-           std::is_constructible_v<
-               std::span<T>, R&>) constexpr borrowed_span(R&& range) noexcept  // NOLINT(google-explicit-constructor):
-                                                                               // as std::span's
+  requires(!std::is_same_v<std::remove_cvref_t<R>, borrowed_span> && std::is_constructible_v<std::span<T>, R&>)
+      // NOLINTNEXTLINE(google-explicit-constructor,bugprone-forwarding-reference-overload)
+      constexpr borrowed_span(R&& range) noexcept
       : std::span<T>(range) {
     static_assert(std::is_lvalue_reference_v<R> || std::ranges::borrowed_range<R>,
                   "actsparse: this argument would view a temporary container, destroyed at the end of the "
