@@ -35,7 +35,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 template <class DF, class V = hn::Vec<DF>>
 HWY_INLINE V logistic(DF df, V z) {
   const V one = hn::Set(df, 1.0F);
-  const V t = hn::Exp(df, hn::Neg(hn::Abs(z)));
+  // A NaN lane goes in as 0: Highway's scalar Exp converts its argument to int, which is
+  // undefined for NaN. The caller's product with g (NaN there) makes the result NaN again.
+  const V t = hn::Exp(df, hn::Neg(hn::IfThenZeroElse(hn::IsNaN(z), hn::Abs(z))));
   const V numerator = hn::IfThenElse(hn::Lt(z, hn::Zero(df)), t, one);
   return hn::Div(numerator, hn::Add(one, t));
 }
