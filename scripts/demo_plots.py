@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The model demo's plots as SVG (standard library only).
+"""The model demo's plots, drawn with matplotlib, each as PNG and SVG.
 
 Usage:
     python3 scripts/demo_plots.py [DEMO_JSON] [--bench JSON] [--out-dir DIR]
@@ -9,23 +9,38 @@ Usage:
                 exists and holds FFN decode rows, the speed-up plot is drawn from it
     --out-dir   default: the folder of DEMO_JSON
 
-Writes kl_vs_kept.svg (mean KL(dense || policy) against the kept fraction, log scale, one
-line per scorer family) and, with benchmark rows, speedup_vs_activity.svg (the decode FFN
-speed-up over dense against activity, with the ideal 3/(1+2a); 7b shape, one thread, or
-the first shape present). Exit status 2 with a one-line error when DEMO_JSON is unusable.
+Writes kl_vs_kept.png and .svg (mean KL(dense || policy) against the kept fraction, log
+scale, one line per scorer family) and, with benchmark rows, speedup_vs_activity.png and
+.svg (the decode FFN speed-up over dense against activity, with the ideal 3/(1+2a); 7b shape,
+one thread, or the first shape present). Each line of a plot is an SVG group with the id
+series_<n>. Exit status 2 with a one-line error when DEMO_JSON is unusable, 3 when matplotlib
+is missing (Debian: apt-get install python3-matplotlib, then run it with /usr/bin/python3).
 """
 import argparse
 import json
 import math
 import os
 import sys
-from xml.sax.saxutils import escape
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import perf_report  # noqa: E402  (the benchmark plot)
+import perf_report  # noqa: E402  (reads the benchmark JSON)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLOURS = perf_report.COLOURS
+# Hollow markers for the benchmark's non-random index sets (filled circles: random).
+SET_MARKERS = {"random": "o", "clustered": "s", "coalesced": "^", "gathered": "D"}
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or None when matplotlib is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "actsparse"  # the same SVG bytes for the same input
+    import matplotlib.pyplot as plt
+    return plt
 
 
 def series_of(rows):
@@ -41,40 +56,73 @@ def series_of(rows):
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
-def kl_plot(rows, title):
-    W, H, x0, x1, y0, y1 = 820, 460, 70, 560, 48, 400
+def save(plt, fig, out, stem):
+    """Writes out/stem.png and out/stem.svg; returns both paths."""
+    paths = []
+    for ext, meta in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
+        path = os.path.join(out, stem + "." + ext)
+        fig.savefig(path, dpi=120, bbox_inches="tight", metadata=meta)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def kl_plot(plt, rows, title):
     series = series_of(rows)
     kls = [kl for pts in series.values() for _, kl in pts if kl > 0]
-    lo = math.floor(math.log10(min(kls))) if kls else -5
-    hi = math.ceil(math.log10(max(kls))) if kls else 0
-    hi = max(hi, lo + 1)
-    sx = lambda a: x0 + a * (x1 - x0)
-    sy = lambda v: y1 - (math.log10(max(v, 10.0 ** lo)) - lo) / (hi - lo) * (y1 - y0)
-    o = perf_report.svg_header(W, H, title, (x0 + x1) // 2) + perf_report.x_grid(sx, y0, y1)
-    for e in range(lo, hi + 1):
-        y = sy(10.0 ** e)
-        o.append('<line x1="%d" y1="%.2f" x2="%d" y2="%.2f" stroke="#e5e5e5"/>' % (x0, y, x1, y))
-        o.append('<text x="%d" y="%.2f" text-anchor="end">1e%d</text>' % (x0 - 6, y + 4, e))
-    for ref in (0.01, 0.05):
-        if 10.0 ** lo <= ref <= 10.0 ** hi:
-            o.append('<line x1="%d" y1="%.2f" x2="%d" y2="%.2f" stroke="#999999" stroke-dasharray="4 4"/>'
-                     % (x0, sy(ref), x1, sy(ref)))
-            o.append('<text x="%d" y="%.2f" fill="#666666">KL %.2f</text>' % (x0 + 4, sy(ref) - 4, ref))
-    o.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#333333"/>' % (x0, y0, x1 - x0, y1 - y0))
-    o.append('<text x="%d" y="%d" text-anchor="middle">kept fraction</text>' % ((x0 + x1) // 2, y1 + 40))
-    o.append('<text x="18" y="%d" text-anchor="middle" transform="rotate(-90 18 %d)">mean KL(dense || policy)</text>'
-             % ((y0 + y1) // 2, (y0 + y1) // 2))
+    floor = 10.0 ** math.floor(math.log10(min(kls))) if kls else 1e-5
+    fig, ax = plt.subplots(figsize=(9.5, 5.0))
     for k, (label, pts) in enumerate(series.items()):
+        line, = ax.plot([a for a, _ in pts], [max(v, floor) for _, v in pts], marker="o", markersize=4,
+                        linewidth=2, color=COLOURS[k % len(COLOURS)], label=label)
+        line.set_gid("series_%d" % k)
+    for ref in (0.01, 0.05):
+        ax.axhline(ref, color="#999999", linestyle="--", linewidth=1)
+        ax.annotate("KL %.2f" % ref, (0.005, ref), xycoords=("axes fraction", "data"), color="#666666",
+                    va="bottom", fontsize=9)
+    ax.set_yscale("log")
+    ax.set_xlim(0.0, 1.0)
+    ax.set_xlabel("kept fraction")
+    ax.set_ylabel("mean KL(dense || policy)")
+    ax.set_title(title)
+    ax.grid(True, which="major", color="#e5e5e5")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=9)
+    return fig
+
+
+def speedup_plot(plt, shape, threads, rows):
+    pts = [r for r in rows if r["set"] != "dense" and r["counters"].get("speedup") is not None]
+    fig, ax = plt.subplots(figsize=(9.0, 5.0))
+    a = [i / 100 for i in range(101)]
+    ax.plot(a, [3 / (1 + 2 * x) for x in a], color="#555555", linestyle="--", linewidth=1.5,
+            label="ideal 3/(1+2a)")
+    ax.axhline(1.0, color="#000000", linewidth=1, label="dense (1.0)")
+    dtypes = sorted({r["dtype"] for r in pts}, key=perf_report.dtype_key)
+    for k, d in enumerate(dtypes):
         c = COLOURS[k % len(COLOURS)]
-        o.append('<polyline class="series" data-label="%s" points="%s" fill="none" stroke="%s" stroke-width="2"/>'
-                 % (escape(label), " ".join("%.2f,%.2f" % (sx(a), sy(v)) for a, v in pts), c))
-        for a, v in pts:
-            o.append('<circle cx="%.2f" cy="%.2f" r="3.5" fill="%s"/>' % (sx(a), sy(v), c))
-        y = y0 + 8 + 20 * k
-        o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>' % (x1 + 20, y, x1 + 44, y, c))
-        o.append('<text x="%d" y="%d">%s</text>' % (x1 + 52, y + 4, escape(label)))
-    o.append("</svg>")
-    return "\n".join(o) + "\n"
+        mine = sorted((r for r in pts if r["dtype"] == d), key=lambda r: r["activity"])
+        line = [r for r in mine if r["set"] == "random"]
+        if line:
+            drawn, = ax.plot([r["activity"] for r in line], [r["counters"]["speedup"] for r in line], color=c,
+                             marker="o", markersize=4, linewidth=2, label=d)
+            drawn.set_gid("series_%d" % k)
+        for s in perf_report.SETS[1:]:
+            other = [r for r in mine if r["set"] == s]
+            if other:
+                ax.scatter([r["activity"] for r in other], [r["counters"]["speedup"] for r in other],
+                           marker=SET_MARKERS.get(s, "x"), facecolors="white", edgecolors=c, zorder=3)
+    for s in perf_report.SETS[1:]:  # one legend entry per set present
+        if any(r["set"] == s for r in pts):
+            ax.scatter([], [], marker=SET_MARKERS.get(s, "x"), facecolors="white", edgecolors="#555555",
+                       label=s + " set")
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(bottom=0.0)
+    ax.set_xlabel("activity a (fraction of neurons kept)")
+    ax.set_ylabel("speed-up over dense")
+    ax.set_title("%s FFN decode, %s: speed-up vs activity" % (shape, perf_report.thread_word(threads)))
+    ax.grid(True, color="#e5e5e5")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=9)
+    return fig
 
 
 def main(argv=None):
@@ -83,6 +131,11 @@ def main(argv=None):
     p.add_argument("--bench", default=os.path.join(REPO, "bench-results", "latest.json"))
     p.add_argument("--out-dir")
     a = p.parse_args(argv)
+    plt = pyplot()
+    if plt is None:
+        print("demo_plots: matplotlib is not installed for %s; on Debian: apt-get install python3-matplotlib, "
+              "then run this script with /usr/bin/python3" % sys.executable, file=sys.stderr)
+        return 3
     try:
         with open(a.demo, encoding="utf-8") as f:
             demo = json.load(f)
@@ -92,11 +145,8 @@ def main(argv=None):
         return 2
     out = a.out_dir or os.path.dirname(os.path.abspath(a.demo))
     os.makedirs(out, exist_ok=True)
-    written = []
-    path = os.path.join(out, "kl_vs_kept.svg")
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(kl_plot(rows, "%s: KL against kept fraction" % os.path.basename(demo.get("model", "model"))))
-    written.append(path)
+    title = "%s: KL against kept fraction" % os.path.basename(demo.get("model", "model"))
+    written = save(plt, kl_plot(plt, rows, title), out, "kl_vs_kept")
     if os.path.exists(a.bench):
         try:
             _, brows, _ = perf_report.load(a.bench)
@@ -105,10 +155,7 @@ def main(argv=None):
             ffn = {}
         if ffn:
             key = ("7b", 1) if ("7b", 1) in ffn else sorted(ffn)[0]
-            path = os.path.join(out, "speedup_vs_activity.svg")
-            with open(path, "w", encoding="utf-8", newline="\n") as f:
-                f.write(perf_report.svg_plot(key[0], key[1], ffn[key]))
-            written.append(path)
+            written += save(plt, speedup_plot(plt, key[0], key[1], ffn[key]), out, "speedup_vs_activity")
     for w in written:
         print("wrote", os.path.relpath(w, os.getcwd()))
     return 0

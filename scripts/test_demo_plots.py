@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks a model demo JSON (every row has the documented keys with sane values; dense is
-the reference) and that scripts/demo_plots.py draws its plots from it. Usage: JSON."""
+the reference) and that scripts/demo_plots.py draws its plots from it (matplotlib, PNG and
+SVG; run this with a Python that has matplotlib). Usage: JSON."""
 import json
 import math
 import os
@@ -9,6 +10,22 @@ import sys
 import tempfile
 
 KEYS = ["policy", "kept_fraction", "bytes_fraction", "kl", "top1", "ppl", "tokens_per_s"]
+
+
+def check_plot(stem, lines):
+    """stem.png is a PNG, stem.svg an SVG with at least `lines` series groups."""
+    with open(stem + ".png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n", stem + ".png is not a PNG"
+    with open(stem + ".svg", encoding="utf-8") as f:
+        svg = f.read()
+    assert svg.startswith("<?xml") and svg.count('id="series_') >= lines, stem + ".svg lacks its lines"
+
+
+def bench_row(kind, speedup):
+    """A median row of bench_cpu_ffn's Google Benchmark JSON (f32, 7b shape, one thread)."""
+    name = "cpu_ffn/f32/7b/t1/" + kind
+    return {"name": name + "_median", "run_name": name, "run_type": "aggregate", "aggregate_name": "median",
+            "repetitions": 3, "real_time": 1.0 / speedup, "time_unit": "ms", "speedup": speedup}
 
 
 def main(path):
@@ -34,13 +51,22 @@ def main(path):
         k25 = [r["kl"] for r in rows if r["policy"] == s + " top_k 25%"][0]
         assert k25 > k90, (s, k90, k25)
     assert "greedy_dense" in demo and "greedy_sparse" in demo
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_plots.py")
     with tempfile.TemporaryDirectory() as out:
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_plots.py")
+        # Without benchmark rows: the KL plot only, as PNG and SVG, one group per scorer family.
         subprocess.run([sys.executable, script, path, "--out-dir", out, "--bench", os.path.join(out, "none.json")],
                        check=True, stdout=subprocess.DEVNULL)
-        svg = open(os.path.join(out, "kl_vs_kept.svg"), encoding="utf-8").read()
-        assert svg.startswith("<?xml") and svg.count('class="series"') >= 5, "KL plot lacks its lines"
+        check_plot(os.path.join(out, "kl_vs_kept"), 5)
         assert not os.path.exists(os.path.join(out, "speedup_vs_activity.svg"))
+        # With FFN decode rows of a benchmark JSON: the speed-up plot too.
+        bench = os.path.join(out, "bench.json")
+        with open(bench, "w", encoding="utf-8") as f:
+            json.dump({"benchmarks": [bench_row("dense", 1.0)] + [
+                bench_row("%s_a%.2f" % (s, a), 3 / (1 + 2 * a) * 0.8) for s in ("random", "clustered")
+                for a in (0.1, 0.3, 0.5)]}, f)
+        subprocess.run([sys.executable, script, path, "--out-dir", out, "--bench", bench], check=True,
+                       stdout=subprocess.DEVNULL)
+        check_plot(os.path.join(out, "speedup_vs_activity"), 1)
     summary = subprocess.run([sys.executable, os.path.join(os.path.dirname(script), "quality_summary.py"), path],
                              check=True, capture_output=True, text=True).stdout
     assert "| magnitude (top_k) |" in summary and "Token-sparse prefill" in summary, summary

@@ -1,0 +1,217 @@
+// actsparse model demo: every sparsity policy on a real trained LLM (stories260K, a SwiGLU Llama),
+// quality and speed side by side. For each policy it runs the whole model (every layer's FFN,
+// or every projection, through actsparse operators) over an evaluation set sampled from the
+// dense model and reports the kept fraction, the fraction of FFN weight bytes read, KL(dense ‖
+// policy) of the next-token distributions, top-1 agreement with dense, perplexity and decode
+// tokens/s. Thresholds (CATS, TEAL) are calibrated on a separate calibration sample.
+//
+//   model_demo [--checkpoint PATH] [--tokenizer PATH] [--sequences N] [--length N]
+//              [--json PATH] [--threads N] [--policy TEXT] [--quick]
+//   model_demo --synthetic 7b|3b|tiny [--dtype f32|f16|bf16|q8_0|q4_0] [--layers N] [--tokens N]
+//              [--context N] [--threads N] [--interleave] [--json PATH]
+//
+// --policy TEXT runs only the policies whose name contains TEXT (and dense). Sequences are
+// spread over --threads workers (default: every CPU); results do not depend on it. --synthetic
+// decodes through a random-weight stack of that shape instead (speed at a realistic size);
+// --interleave (q8_0 / q4_0) also reads interleaved copies of the matrices read whole.
+// model_demo --help lists every option with its default and range.
+//
+// Writes a table to stdout, a progress bar to stderr, and the rows as JSON (default
+// demo-results/latest.json, or demo-results/synthetic.json; scripts/demo_plots.py draws the
+// plots from it with matplotlib, as PNG and SVG).
+//
+// The files: harness.hpp (sampling, the dense reference, KL / top-1 / perplexity),
+// policies.hpp (the policies, their calibration, the policy table), synthetic.hpp (the
+// random-weight decode), output.hpp (tables and JSON), this file (the command line).
+// Libraries (Debian packages; examples only, the library itself needs neither):
+//   CLI11 (libcli11-dev): the command line: typed options with ranges, choices, defaults in
+//     --help, and options of one mode refused in the other, all declared rather than hand-parsed.
+//   nlohmann::json (nlohmann-json3-dev): the JSON files: escaping, UTF-8 and number formatting
+//     done right by a well-kept library instead of hand-written string building.
+//   matplotlib (python3-matplotlib, in scripts/demo_plots.py): the plots, PNG and SVG.
+
+// The one translation unit of this program that defines the CPU backend's kernels.
+#define ACTSPARSE_CPU_IMPLEMENTATION
+#include <actsparse/backends/cpu/implementation.hpp>
+
+#include "harness.hpp"
+#include "llama2c/checkpoint.hpp"
+#include "llama2c/model.hpp"
+#include "llama2c/tokenizer.hpp"
+#include "output.hpp"
+#include "policies.hpp"
+#include "synthetic.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace model_demo {
+namespace {
+
+// Every policy of the table over the evaluation set, then the greedy samples and the JSON.
+int run_evaluation(const options& o) {
+  const llama2c::checkpoint ckpt = llama2c::checkpoint::load(o.checkpoint);
+  const model m(ckpt);
+  const llama2c::tokenizer tok = llama2c::tokenizer::load(o.tokenizer, m.vocab());
+  if (o.length > m.seq_len()) {
+    detail::fail("model_demo", "--length", o.length, "at most the model's seq_len = " + std::to_string(m.seq_len()));
+  }
+  const layer_scorers scorers = layer_scorers::of(m);
+  calibration cal;  // filled below, read when a CATS or TEAL policy is made
+  const std::vector<policy_config> table = matching(policy_table(m.layers(), scorers, cal), o.only);
+
+  progress bar;
+  bar.total = 3 + table.size();
+  // Evaluation and calibration samples (different seeds).
+  const auto eval = sample_sequences(m, o.sequences, o.length, 2024, o.workers);
+  bar.step("sampled the evaluation set");
+  const auto calib = sample_sequences(m, o.calibration_sequences, o.length, 1'000'000, o.workers);
+  const auto dense_lp = reference_logprobs(m, eval, o.workers);
+  bar.step("dense reference");
+  calibrate(m, calib, cal);
+  bar.step("calibrated CATS and TEAL thresholds");
+
+  std::vector<row> rows;
+  for (const policy_config& c : table) {
+    std::vector<std::unique_ptr<demo_policy>> p;
+    for (std::size_t w = 0; w < std::min(o.workers, o.sequences); ++w) p.push_back(c.make());
+    row r;
+    r.policy = c.name;
+    r.family = c.family;
+    r.scorer = c.scorer;
+    r.q = evaluate(m, eval, dense_lp, p);
+    r.kept = over_workers(o.sequences, p, [](const demo_policy& d) { return d.kept_fraction(); });
+    r.bytes = over_workers(o.sequences, p, [](const demo_policy& d) { return d.bytes_fraction(); });
+    for (std::size_t l = 0; l < p.front()->kept_per_layer().size(); ++l) {
+      r.kept_per_layer.push_back(
+          over_workers(o.sequences, p, [l](const demo_policy& d) { return d.kept_per_layer()[l]; }));
+    }
+    p.front()->reset_counts();
+    r.tokens_per_s = decode_speed(m, *p.front(), o.decode_tokens);
+    rows.push_back(r);
+    bar.step(c.name);
+  }
+  print_results(o, m.cfg(), rows);
+
+  // A greedy sample under dense and under one sparse preset, as text.
+  dense_demo_policy dense_greedy;
+  std::size_t shown = table.size() > 1 ? 1 : 0;  // magnitude top_k 50% when present
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    if (table[i].name == "magnitude top_k 50%") shown = i;
+  }
+  const auto sparse_greedy = table[shown].make();
+  const std::string text_dense = tok.decode(greedy(m, dense_greedy, 96));
+  const std::string text_sparse = tok.decode(greedy(m, *sparse_greedy, 96));
+  print_greedy(text_dense, table[shown].name, text_sparse);
+  write_json(o.json, results_json(o, rows, text_dense, text_sparse));
+  std::printf("\nwrote %s\n", o.json.c_str());
+  return 0;
+}
+
+int run_synthetic_decode(const synthetic_options& o) {
+  const synthetic_result s = run_synthetic(o);
+  print_synthetic(o, s);
+  write_json(o.json, synthetic_json(o, s));
+  std::printf("\nwrote %s\n", o.json.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace model_demo
+
+int main(int argc, char** argv) try {
+  using model_demo::options;
+  using model_demo::synthetic_options;
+  options o;
+  synthetic_options so;
+  std::size_t threads = o.workers;
+  std::string json;
+  std::string dtype_name(name(so.type));
+
+  CLI::App app{
+      "actsparse model demo: every sparsity policy on stories260K (KL, top-1, perplexity, tokens/s), "
+      "or --synthetic: decode speed of a random-weight stack",
+      "model_demo"};
+  const char* eval = "Evaluation on a trained model";
+  const char* synth = "Synthetic decode (--synthetic)";
+  const auto range = [](std::size_t lo, std::size_t hi) {
+    return CLI::Range(lo, hi).description("in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  };
+  app.add_option("--threads", threads, "Workers (evaluation: sequences in parallel) or pool threads (synthetic)")
+      ->type_name("N")
+      ->check(range(1, 256))
+      ->capture_default_str();
+  app.add_option("--json", json, "Where the JSON goes (default demo-results/latest.json, or synthetic.json)")
+      ->type_name("PATH");
+  CLI::Option* checkpoint = app.add_option("--checkpoint", o.checkpoint, "llama2.c checkpoint")
+                                ->type_name("PATH")
+                                ->group(eval)
+                                ->capture_default_str();
+  CLI::Option* tokenizer = app.add_option("--tokenizer", o.tokenizer, "llama2.c tokenizer")
+                               ->type_name("PATH")
+                               ->group(eval)
+                               ->capture_default_str();
+  CLI::Option* sequences = app.add_option("--sequences", o.sequences, "Evaluation sequences")
+                               ->type_name("N")
+                               ->check(range(1, 4096))
+                               ->group(eval)
+                               ->capture_default_str();
+  CLI::Option* length = app.add_option("--length", o.length, "Tokens per sequence (at most the model's seq_len)")
+                            ->type_name("N")
+                            ->check(range(2, std::size_t{1} << 20))
+                            ->group(eval)
+                            ->capture_default_str();
+  CLI::Option* only =
+      app.add_option("--policy", o.only, "Run only the policies whose name contains TEXT (and dense)")->group(eval);
+  bool quick_run = false;
+  CLI::Option* quick = app.add_flag("--quick", quick_run,
+                                    "A small run: 4 sequences of 40 tokens (unless given), 2 calibration sequences, "
+                                    "16 decode tokens")
+                           ->group(eval);
+  CLI::Option* synthetic = app.add_option("--synthetic", so.shape, "Decode through a random-weight stack of this shape")
+                               ->type_name("SHAPE")
+                               ->check(CLI::IsMember({"7b", "3b", "tiny"}))
+                               ->group(synth);
+  const auto synthetic_only = [&](CLI::Option* opt) { opt->group(synth)->capture_default_str()->needs(synthetic); };
+  const auto count = [&](const char* flag, std::size_t& value, const char* what, std::size_t lo, std::size_t hi) {
+    synthetic_only(app.add_option(flag, value, what)->type_name("N")->check(range(lo, hi)));
+  };
+  synthetic_only(app.add_option("--dtype", dtype_name, "Weight dtype")
+                     ->type_name("DTYPE")
+                     ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"})));
+  count("--layers", so.layers, "Layers", 1, 64);
+  count("--tokens", so.tokens, "Decode steps per row", 1, 100000);
+  count("--context", so.context, "KV cache positions", 1, 1 << 16);
+  synthetic_only(app.add_flag("--interleave", so.interleave, "Interleaved copies of q8_0 / q4_0 matrices"));
+  for (CLI::Option* e : {checkpoint, tokenizer, sequences, length, only, quick}) synthetic->excludes(e);
+  CLI11_PARSE(app, argc, argv);
+
+  if (*synthetic) {
+    for (const actsparse::dtype d : {actsparse::dtype::f32, actsparse::dtype::f16, actsparse::dtype::bf16,
+                                     actsparse::dtype::q8_0, actsparse::dtype::q4_0}) {
+      if (dtype_name == name(d)) so.type = d;
+    }
+    so.threads = threads;
+    if (!json.empty()) so.json = json;
+    return model_demo::run_synthetic_decode(so);
+  }
+  o.workers = threads;
+  if (!json.empty()) o.json = json;
+  if (quick_run) {
+    if (!*sequences) o.sequences = 4;
+    if (!*length) o.length = 40;
+    o.calibration_sequences = 2;
+    o.decode_tokens = 16;
+  }
+  return model_demo::run_evaluation(o);
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "\nmodel_demo: %s\n", e.what());
+  return 1;
+}

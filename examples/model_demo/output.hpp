@@ -1,0 +1,149 @@
+#pragma once
+// The model demo's output: the tables on stdout and the JSON files (nlohmann::json;
+// scripts/demo_plots.py, scripts/quality_summary.py and scripts/test_demo_plots.py read the
+// keys written here). Numbers have 6 significant digits; a non-finite one is written null.
+
+#include "harness.hpp"
+#include "llama2c/checkpoint.hpp"
+#include "synthetic.hpp"
+
+#include <actsparse/core/dtype.hpp>
+#include <actsparse/core/error.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace model_demo {
+
+using json = nlohmann::ordered_json;  // keys in the order written
+
+// v rounded to 6 significant digits (more would be noise in a measurement); a non-finite v
+// is kept, and written null.
+inline double number(double v) {
+  if (!std::isfinite(v)) return v;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  return std::strtod(text, nullptr);
+}
+
+// Writes j to `path` (its folder created), one key per line.
+inline void write_json(const std::string& path, const json& j) {
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  std::ofstream f(path);
+  if (!f) actsparse::detail::fail("model_demo", "--json", path, "a writable path");
+  // A byte that is not UTF-8 (a tokenizer's byte token in the greedy text) becomes U+FFFD.
+  f << j.dump(1, ' ', false, json::error_handler_t::replace) << "\n";
+  if (!f) actsparse::detail::fail("model_demo", "--json", path, "a path with room to write");
+}
+
+// ---------------------------------------------------------------- the evaluation -------
+
+inline void print_results(const options& o, const llama2c::config& cfg, const std::vector<row>& rows) {
+  std::printf(
+      "actsparse model demo: %s (dim %d, hidden %d, %d layers), %zu sequences x %zu tokens sampled from "
+      "the dense model (T = 1)\n\n",
+      o.checkpoint.c_str(), cfg.dim, cfg.hidden_dim, cfg.n_layers, o.sequences, o.length);
+  std::printf("%-34s %6s %6s %9s %6s %7s %9s\n", "policy", "kept", "bytes", "KL", "top1", "ppl", "tok/s");
+  std::printf("%s\n", std::string(83, '-').c_str());
+  for (const row& r : rows) {
+    std::printf("%-34s %6.3f %6.3f %9.5f %6.3f %7.3f %9.0f\n", r.policy.c_str(), r.kept, r.bytes, r.q.kl, r.q.top1,
+                r.q.ppl, r.tokens_per_s);
+  }
+  std::printf(
+      "\nkept: fraction of FFN neurons (top_k, cumulative_mass, CATS), of input channels weighted by weight bytes\n"
+      "(TEAL, all seven projections) or of prefill tokens (token-sparse) kept. bytes: fraction of the FFN weight\n"
+      "bytes a decode token reads ((2+a)/3 when the score needs h = act(g)*u, which reads all of up; (1+2a)/3\n"
+      "when it needs the gate only; token-sparse decodes dense). KL: mean KL(dense || policy) of the next-token\n"
+      "distributions; top1: agreement with dense; ppl: perplexity of the evaluation set; tok/s: greedy decode.\n");
+  for (const row& r : rows) {
+    if (r.kept_per_layer.empty()) continue;
+    std::printf("%s kept tokens per layer:", r.policy.c_str());
+    for (const double f : r.kept_per_layer) std::printf(" %.3f", f);
+    std::printf("\n");
+  }
+}
+
+inline void print_greedy(const std::string& text_dense, const std::string& sparse_name,
+                         const std::string& text_sparse) {
+  std::printf("\ngreedy from BOS, dense:\n  %s\ngreedy from BOS, %s:\n  %s\n", text_dense.c_str(), sparse_name.c_str(),
+              text_sparse.c_str());
+}
+
+// {model, sequences, length, greedy_dense, greedy_sparse, rows: [{policy, family, scorer,
+// kept_fraction, bytes_fraction, kl, top1, ppl, tokens_per_s[, kept_per_layer]}]}
+inline json results_json(const options& o, const std::vector<row>& rows, const std::string& text_dense,
+                         const std::string& text_sparse) {
+  json out = {{"model", o.checkpoint},      {"sequences", o.sequences},     {"length", o.length},
+              {"greedy_dense", text_dense}, {"greedy_sparse", text_sparse}, {"rows", json::array()}};
+  for (const row& r : rows) {
+    json j = {{"policy", r.policy},
+              {"family", r.family},
+              {"scorer", r.scorer},
+              {"kept_fraction", number(r.kept)},
+              {"bytes_fraction", number(r.bytes)},
+              {"kl", number(r.q.kl)},
+              {"top1", number(r.q.top1)},
+              {"ppl", number(r.q.ppl)},
+              {"tokens_per_s", number(r.tokens_per_s)}};
+    if (!r.kept_per_layer.empty()) {
+      json& per_layer = j["kept_per_layer"] = json::array();
+      for (const double f : r.kept_per_layer) per_layer.push_back(number(f));
+    }
+    out["rows"].push_back(std::move(j));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- --synthetic ----------
+
+inline void print_synthetic(const synthetic_options& o, const synthetic_result& s) {
+  const synthetic_row& d = s.rows.front();
+  std::printf(
+      "actsparse synthetic decode: %zu random %s layers%s of the %s shape (d_model %zu, d_ff %zu, %zu heads), "
+      "KV context %zu, %zu threads, %zu tokens per row\n\n",
+      o.layers, std::string(name(o.type)).c_str(), o.interleave ? " (interleaved copies)" : "", o.shape.c_str(),
+      s.shape.d_model, s.shape.d_ff, s.shape.heads, o.context, o.threads, o.tokens);
+  std::printf("%-14s %9s %9s %9s %9s %9s %9s %9s\n", "policy", "tok/s", "ms/tok", "FFN ms", "other ms", "speed-up",
+              "FFN x", "ideal");
+  std::printf("%s\n", std::string(86, '-').c_str());
+  for (const synthetic_row& r : s.rows) {
+    std::printf("%-14s %9.2f %9.2f %9.2f %9.2f %9.3f %9.3f %9.3f\n", r.policy.c_str(), r.tokens_per_s, r.ms_per_token,
+                r.ffn_ms, r.other_ms, r.tokens_per_s / d.tokens_per_s, d.ffn_ms / r.ffn_ms,
+                3.0 / (1.0 + 2.0 * r.activity));
+  }
+  std::printf(
+      "\nspeed-up: end to end over dense; FFN x: FFN time of dense / this; ideal: the FFN's 3/(1+2a) (the gate is\n"
+      "read whole to score act(gate), up and W_down^T rows only for kept neurons). other: attention and norms.\n");
+}
+
+// {shape, dtype, interleaved, layers, threads, context, rows: [{policy, activity,
+// tokens_per_s, ffn_ms, other_ms}]}
+inline json synthetic_json(const synthetic_options& o, const synthetic_result& s) {
+  json out = {{"shape", o.shape},
+              {"dtype", std::string(name(o.type))},
+              {"interleaved", o.interleave},
+              {"layers", o.layers},
+              {"threads", o.threads},
+              {"context", o.context},
+              {"rows", json::array()}};
+  for (const synthetic_row& r : s.rows) {
+    json j = {{"policy", r.policy},
+              {"activity", number(r.activity)},
+              {"tokens_per_s", number(r.tokens_per_s)},
+              {"ffn_ms", number(r.ffn_ms)},
+              {"other_ms", number(r.other_ms)}};
+    out["rows"].push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace model_demo
