@@ -185,20 +185,20 @@ struct cpu_backend {
       }
     });
     ex.sync();
-    const auto phase1 = [&](const weight_view& w, const cpu::interleaved_view* copy, std::size_t b, std::size_t e,
-                            float* out) {
+    const auto phase1 = [&](const weight_view& w, const cpu::interleaved_view* copy, bool int8, std::size_t b,
+                            std::size_t e, float* out) {
       if (copy != nullptr) {
         cpu::detail::gemv_rows_interleaved(*copy, b, e, qx.q, qx.d, qx.s, out, t);
-      } else if (cpu::detail::int8_path(options(), w.type)) {
+      } else if (int8) {
         cpu::detail::gemv_rows_q8x(w, rows, b, e, qx.q, qx.d, out, t);
       } else {
         cpu::detail::gemv_rows(w, rows, b, e, a.x.data(), out, t);
       }
     };
     cpu::for_each_row_task(p.phase1, ex, [&](std::size_t b, std::size_t e) {
-      phase1(f.up, p.up_interleaved, b, e, u);
+      phase1(f.up, p.up_interleaved, p.up_int8, b, e, u);
       if (!p.gate_given) {
-        phase1(f.gate, p.gate_interleaved, b, e, g);
+        phase1(f.gate, p.gate_interleaved, p.gate_int8, b, e, g);
         cpu::detail::activate(f.act, g + b, e - b);
       }
       for (std::size_t k = b; k < e; ++k) {
@@ -269,8 +269,8 @@ struct cpu_backend {
       ex.parallel_for(p.tokens, [&](std::size_t i) { quantize(a.input.row(token(i)), d_model, quantized(i), false); });
       ex.sync();
     }
-    const auto rows_of = [&](const weight_view& w, std::size_t i, std::size_t b, std::size_t e, float* out) {
-      if (cpu::detail::int8_path(options(), w.type)) {
+    const auto rows_of = [&](const weight_view& w, bool int8, std::size_t i, std::size_t b, std::size_t e, float* out) {
+      if (int8) {
         const cpu::quantized_x q = quantized(i);
         cpu::detail::gemv_rows_q8x(w, nullptr, b, e, q.q, q.d, out, t);
       } else {
@@ -282,8 +282,8 @@ struct cpu_backend {
       for (std::size_t r = begin; r < end; r += group) {
         const std::size_t e = std::min(r + group, end);
         for (std::size_t i = 0; i < p.tokens; ++i) {
-          rows_of(f.up, i, r, e, h + i * d_ff);
-          rows_of(f.gate, i, r, e, g + i * d_ff);
+          rows_of(f.up, p.up_int8, i, r, e, h + i * d_ff);
+          rows_of(f.gate, p.gate_int8, i, r, e, g + i * d_ff);
           cpu::detail::activate(f.act, g + i * d_ff + r, e - r);
           for (std::size_t j = r; j < e; ++j) h[i * d_ff + j] *= g[i * d_ff + j];
         }

@@ -138,6 +138,8 @@ struct ffn_plan {
   phase1_rows rows = phase1_rows::every_row;
   down_path down = down_path::axpy;
   bool gate_given = false;                           // gate_act passed: W_gate is not read
+  bool up_int8 = false;                              // W_up's GEMV runs on x quantized (int8 kernels)
+  bool gate_int8 = false;                            // W_gate's likewise (when it is read)
   bool quantize_x = false;                           // some GEMV of phase 1 runs on x quantized
   const interleaved_view* up_interleaved = nullptr;  // copies phase 1 reads (every row read)
   const interleaved_view* gate_interleaved = nullptr;
@@ -196,7 +198,9 @@ struct ffn_plan {
   } else {
     p.down = sparse_down ? down_path::axpy : down_path::gemv;
   }
-  p.quantize_x = detail::int8_path(o, f.up.type) || (!p.gate_given && detail::int8_path(o, f.gate.type));
+  p.up_int8 = detail::int8_path(o, f.up.type);
+  p.gate_int8 = !p.gate_given && detail::int8_path(o, f.gate.type);
+  p.quantize_x = p.up_int8 || p.gate_int8;
 
   workspace_layout l;
   p.u_at = l.take(p.phase1 * sizeof(float), region_alignment);
@@ -215,6 +219,8 @@ struct ffn_plan {
 // ---- residual[t] += FFN(input[t]) for the kept tokens ----------------------------------------
 struct token_plan {
   std::size_t tokens = 0;  // kept
+  bool up_int8 = false;    // W_up's GEMV runs on the inputs quantized
+  bool gate_int8 = false;  // W_gate's likewise
   bool quantize_x = false;
   std::size_t g_at = 0, h_at = 0;  // [tokens × d_ff] each
   std::size_t y_at = 0;            // [tokens × d_model]
@@ -226,7 +232,9 @@ struct token_plan {
   const ffn_layer& f = a.weights;
   token_plan p;
   p.tokens = a.tokens.count(a.input.rows);
-  p.quantize_x = detail::int8_path(o, f.up.type) || detail::int8_path(o, f.gate.type);
+  p.up_int8 = detail::int8_path(o, f.up.type);
+  p.gate_int8 = detail::int8_path(o, f.gate.type);
+  p.quantize_x = p.up_int8 || p.gate_int8;
   workspace_layout l;
   p.g_at = l.take(p.tokens * f.d_ff() * sizeof(float), region_alignment);
   p.h_at = l.take(p.tokens * f.d_ff() * sizeof(float), region_alignment);
