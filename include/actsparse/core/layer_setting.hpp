@@ -9,9 +9,24 @@
 //     (depth_schedule: layer_policy -> cumulative_mass).
 // A value with a member `dense` that is true asks for the whole layer (no scoring, no
 // selection): layer_is_dense(value).
+//
+// Optional hooks a value may offer (found by argument-dependent lookup; a calibrated schedule,
+// calibration/calibrated_schedule.hpp, offers all of them), each with a neutral default:
+//   configure(base, value, layer_input)      a selector chosen per token from the layer's input
+//                                            (a per-token tier); preferred over configure(base, value)
+//   configure_scorer(base_scorer, value)     the layer's own scorer (per-neuron calibrated weights);
+//                                            returns the scorer or a reference to one
+//   refine_stage(value) -> refine_rule       a second selection over the exact hidden values of the
+//                                            first stage's neurons: only its share is read from W_down
+//   gate_predictor(value) -> const gate_factors*   a low-rank predictor of the gate: the gate is
+//                                            then read only for the neurons the prediction keeps
+
+#include <actsparse/core/gate_factors.hpp>
 
 #include <concepts>
 #include <cstddef>
+#include <span>
+#include <vector>
 
 namespace actsparse {
 
@@ -27,6 +42,29 @@ concept configures = std::same_as<Value, Selector> || std::same_as<Value, same_s
   { configure(base, v) } -> std::same_as<Selector>;
 };
 
+// What a per-token hook sees: the layer's input x and a scratch buffer it may grow.
+struct layer_input {
+  std::span<const float> x;
+  std::vector<float>* scratch = nullptr;
+};
+
+// The second stage of a neuron-sparse FFN (refine_stage): of the first stage's neurons S1, keep
+// the ceil(keep · |S1|) with the largest |h_j| · weights[j] (h_j = act(g_j)·u_j, exact), ties to
+// the lower index; only those are read from W_down. keep = 1 (the default) is no second stage.
+struct refine_rule {
+  double keep = 1.0;
+  std::span<const float> weights{};  // d_ff per-neuron weights (e.g. ‖W_down[:, j]‖)
+
+  // Whether a first stage of n neurons is cut (keep-all runs the one-stage path, bit for bit).
+  [[nodiscard]] std::size_t kept_of(std::size_t n) const noexcept {
+    const double c = keep * static_cast<double>(n);
+    const auto k = static_cast<std::size_t>(c);
+    const std::size_t up = static_cast<double>(k) < c ? k + 1 : k;
+    return up < n ? up : n;
+  }
+  [[nodiscard]] bool cuts(std::size_t n) const noexcept { return kept_of(n) < n; }
+};
+
 template <class Selector, class Value>
 requires configures<Value, Selector>
 [[nodiscard]] Selector layer_selector(const Selector& base, const Value& v) {
@@ -36,6 +74,49 @@ requires configures<Value, Selector>
     return base;
   } else {
     return configure(base, v);
+  }
+}
+
+template <class Selector, class Value>
+requires configures<Value, Selector>
+[[nodiscard]] Selector layer_selector(const Selector& base, const Value& v, const layer_input& in) {
+  if constexpr (requires {
+                  { configure(base, v, in) } -> std::same_as<Selector>;
+                }) {
+    return configure(base, v, in);
+  } else {
+    return layer_selector(base, v);
+  }
+}
+
+template <class Scorer, class Value>
+[[nodiscard]] decltype(auto) layer_scorer(const Scorer& base, const Value& v) {
+  if constexpr (requires { configure_scorer(base, v); }) {
+    return configure_scorer(base, v);
+  } else {
+    return (base);
+  }
+}
+
+template <class Value>
+[[nodiscard]] refine_rule layer_refine(const Value& v) {
+  if constexpr (requires {
+                  { refine_stage(v) } -> std::same_as<refine_rule>;
+                }) {
+    return refine_stage(v);
+  } else {
+    return {};
+  }
+}
+
+template <class Value>
+[[nodiscard]] const gate_factors* layer_gate_predictor(const Value& v) {
+  if constexpr (requires {
+                  { gate_predictor(v) } -> std::convertible_to<const gate_factors*>;
+                }) {
+    return gate_predictor(v);
+  } else {
+    return nullptr;
   }
 }
 

@@ -7,27 +7,49 @@
 
 #include <actsparse/core/concepts.hpp>
 #include <actsparse/core/error.hpp>
+#include <actsparse/core/gate_factors.hpp>
 #include <actsparse/core/layer_setting.hpp>
 #include <actsparse/core/op_args.hpp>
 #include <actsparse/core/score_source.hpp>
 #include <actsparse/core/selection.hpp>
 #include <actsparse/ops/run.hpp>
 #include <actsparse/schedules/uniform_schedule.hpp>
+#include <actsparse/selectors/top_k.hpp>
 
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace actsparse {
 
+// The weight rows one call of a neuron-sparse FFN needs (each row of each matrix counted once),
+// and the bytes of a gate predictor it read: what honest byte counts are made of.
+struct ffn_reads {
+  std::size_t gate_rows = 0;        // W_gate rows: d_ff, or the predicted rows with a gate predictor
+  std::size_t up_rows = 0;          // W_up rows: the kept (first-stage) rows, or d_ff for a score from h
+  std::size_t down_rows = 0;        // W_down columns (W_downᵀ rows): the kept neurons
+  std::size_t predictor_bytes = 0;  // the gate predictor's factors
+};
+
 // Buffers a neuron_sparse_ffn reuses from call to call (they grow once, then stay).
 struct ffn_scratch {
-  std::vector<float> gate;           // g, then act(g)
+  std::vector<float> gate;           // g, then act(g) (or the predicted g̃ with a gate predictor)
   std::vector<float> preactivation;  // g, kept when the scorer reads it
-  std::vector<float> hidden;         // act(g) ⊙ u, when the scorer reads h
-  std::vector<float> up;             // W_up·x, when the scorer reads h
+  std::vector<float> hidden;         // act(g) ⊙ u, when the scorer reads h or a second stage runs
+  std::vector<float> up;             // W_up·x, when the scorer reads h or a second stage runs
   std::vector<float> scores;
-  std::vector<std::byte> workspace;  // the backend's
+  std::vector<float> token;               // a per-token selector's scratch (layer_input)
+  std::vector<float> low_rank;            // A·x of a gate predictor
+  std::vector<float> gate_rows;           // act(g) of the kept rows (a gate predictor with a second stage)
+  std::vector<std::uint32_t> candidates;  // the first stage's neurons when a second stage cut them
+  selection refined;                      // the second stage's choice among them (positions)
+  ffn_reads reads;                        // what the last call read
+  std::vector<std::byte> workspace;       // the backend's
 };
 
 namespace detail {
@@ -63,19 +85,26 @@ struct neuron_sparse_ffn {
 
   // One token of layer `layer`: writes y (d_model) and the neurons kept into `kept`. A layer
   // the schedule marks dense runs every neuron (kept: all, fallback dense_layer). Returns the
-  // backend's status: not_handled means the engine should run its own kernel.
+  // backend's status: not_handled means the engine should run its own kernel. The schedule's
+  // value may also give the layer its own scorer, a per-token selector, a second stage and a
+  // gate predictor (core/layer_setting.hpp); s.reads says what the call read.
   status operator()(std::size_t layer, const ffn_layer& w, std::span<const float> x, std::span<float> y,
                     selection& kept, ffn_scratch& s, typename Backend::executor_type& ex) const {
     const auto setting = schedule.at(layer);
+    const std::size_t d_ff = w.d_ff();
+    s.candidates.clear();
     if (layer_is_dense(setting)) {
-      kept.reset(w.d_ff());
-      kept.keep_all(w.d_ff(), fallback_reason::dense_layer);
+      kept.reset(d_ff);
+      kept.keep_all(d_ff, fallback_reason::dense_layer);
+      s.reads = {d_ff, d_ff, d_ff, 0};
       return run(backend, gated_ffn_args{w, x, y, subset::everything()}, s.workspace, ex);
     }
-    const Selector layer_select = layer_selector(selector, setting);
-    const std::size_t d_ff = w.d_ff();
+    const Selector layer_select = layer_selector(selector, setting, layer_input{x, &s.token});
+    const auto& layer_score = layer_scorer(scorer, setting);
+    const gate_factors* predictor = layer_gate_predictor(setting);
     s.gate.resize(d_ff);
-    status st = run(backend, gemv_args{w.gate, x, s.gate, subset::everything()}, s.workspace, ex);
+    status st = predictor == nullptr ? run(backend, gemv_args{w.gate, x, s.gate, subset::everything()}, s.workspace, ex)
+                                     : predict_gate(*predictor, w, x, s, ex);
     if (!st) return st;
     std::span<const float> values = s.gate;
     if (source == score_source::gate_preactivation) {
@@ -84,6 +113,10 @@ struct neuron_sparse_ffn {
     }
     detail::activate(backend, w.act, std::span<float>(s.gate));
     if (source == score_source::hidden) {
+      if (predictor != nullptr) {
+        detail::fail("neuron_sparse_ffn", "source", name(source),
+                     "gate_preactivation or gate_activation with a gate predictor (a score from h reads every row)");
+      }
       s.up.resize(d_ff);
       s.hidden.resize(d_ff);
       st = run(backend, gemv_args{w.up, x, s.up, subset::everything()}, s.workspace, ex);
@@ -91,19 +124,93 @@ struct neuron_sparse_ffn {
       for (std::size_t j = 0; j < d_ff; ++j) s.hidden[j] = s.gate[j] * s.up[j];
       values = s.hidden;
     }
-    const auto input = neuron_input<Scorer>(values, w.act);
-    const std::size_t n = scorer.score_count(input);
+    const auto input = neuron_input<std::decay_t<decltype(layer_score)>>(values, w.act);
+    const std::size_t n = layer_score.score_count(input);
     detail::require(n == d_ff, "neuron_sparse_ffn", "scorer.score_count()", n, "d_ff (one score per neuron)");
     s.scores.resize(n);
-    scorer.score(input, s.scores);
+    layer_score.score(input, s.scores);
     layer_select.select(std::span<const float>(s.scores), kept);
-    return run(backend, gated_ffn_args{w, x, y, subset::only(kept.indices), s.gate}, s.workspace, ex);
+    const refine_rule refine = layer_refine(setting);
+    const std::size_t predictor_bytes = predictor != nullptr ? predictor->bytes() : 0;
+    if (!refine.cuts(kept.size())) {
+      s.reads = {predictor != nullptr ? kept.size() : d_ff, source == score_source::hidden ? d_ff : kept.size(),
+                 kept.size(), predictor_bytes};
+      const borrowed_span<const float> gate_act =
+          predictor != nullptr ? borrowed_span<const float>{} : borrowed_span<const float>(s.gate);
+      return run(backend, gated_ffn_args{w, x, y, subset::only(kept.indices), gate_act}, s.workspace, ex);
+    }
+    return second_stage(refine, predictor, w, x, y, kept, s, ex);
   }
 
   // The same for an op whose schedule is uniform (every layer alike): no layer to name.
   status operator()(const ffn_layer& w, std::span<const float> x, std::span<float> y, selection& kept, ffn_scratch& s,
                     typename Backend::executor_type& ex) const requires std::same_as<Schedule, uniform_schedule> {
     return (*this)(0, w, x, y, kept, s, ex);
+  }
+
+ private:
+  // g̃ = U (A x) into s.gate.
+  status predict_gate(const gate_factors& p, const ffn_layer& w, std::span<const float> x, ffn_scratch& s,
+                      typename Backend::executor_type& ex) const {
+    constexpr std::string_view where = "neuron_sparse_ffn";
+    detail::require(p.a.cols == w.d_model() && p.u.rows == w.d_ff() && p.u.cols == p.a.rows, where, "gate predictor",
+                    std::to_string(p.a.rows) + " x " + std::to_string(p.a.cols) + " and " + std::to_string(p.u.rows) +
+                        " x " + std::to_string(p.u.cols),
+                    "A [rank x d_model] and U [d_ff x rank] for this layer");
+    s.low_rank.resize(p.a.rows);
+    const status st = run(backend, gemv_args{p.a, x, s.low_rank, subset::everything()}, s.workspace, ex);
+    if (!st) return st;
+    return run(backend, gemv_args{p.u, s.low_rank, s.gate, subset::everything()}, s.workspace, ex);
+  }
+
+  // The second stage: exact h on the first stage's neurons, the refine rule's share of them by
+  // |h_j|·weights[j], and the down projection of those only.
+  status second_stage(const refine_rule& refine, const gate_factors* predictor, const ffn_layer& w,
+                      std::span<const float> x, std::span<float> y, selection& kept, ffn_scratch& s,
+                      typename Backend::executor_type& ex) const {
+    constexpr std::string_view where = "neuron_sparse_ffn";
+    const std::size_t d_ff = w.d_ff();
+    detail::require(refine.weights.size() == d_ff, where, "refine_stage(...).weights.size()", refine.weights.size(),
+                    "d_ff (one weight per neuron)");
+    s.candidates.assign(kept.indices.begin(), kept.indices.end());
+    const std::size_t c = s.candidates.size();
+    const subset rows = subset::only(s.candidates);
+    s.up.resize(c);
+    status st = run(backend, gemv_args{w.up, x, s.up, rows}, s.workspace, ex);
+    if (!st) return st;
+    if (predictor != nullptr) {  // the gate of the kept rows, exact
+      s.gate_rows.resize(c);
+      st = run(backend, gemv_args{w.gate, x, s.gate_rows, rows}, s.workspace, ex);
+      if (!st) return st;
+      detail::activate(backend, w.act, std::span<float>(s.gate_rows));
+    }
+    s.scores.resize(c);
+    s.hidden.assign(d_ff, 0.0F);
+    for (std::size_t k = 0; k < c; ++k) {
+      const std::uint32_t j = s.candidates[k];
+      const float h = (predictor != nullptr ? s.gate_rows[k] : s.gate[j]) * s.up[k];
+      s.hidden[j] = h;
+      s.scores[k] = std::fabs(h) * refine.weights[j];
+    }
+    top_k::by_count(refine.kept_of(c)).select(std::span<const float>(s.scores), s.refined);
+    kept.indices.clear();
+    for (const std::uint32_t k : s.refined.indices) kept.indices.push_back(s.candidates[k]);
+    kept.covered_mass = 0.0;  // the first stage's masses are not the kept set's
+    kept.total_mass = 0.0;
+    s.reads = {predictor != nullptr ? c : d_ff, c, kept.size(), predictor != nullptr ? predictor->bytes() : 0};
+    if constexpr (backend_for<Backend, transposed_linear_args>) {
+      if (!w.down_t.absent()) {
+        return run(backend, transposed_linear_args{w.down_t, s.hidden, y, subset::only(kept.indices)}, s.workspace, ex);
+      }
+    }
+    if constexpr (backend_for<Backend, linear_args>) {
+      if (!w.down.absent()) {
+        return run(backend, linear_args{w.down, s.hidden, y, subset::only(kept.indices)}, s.workspace, ex);
+      }
+    }
+    return status::not_handled(
+        "neuron_sparse_ffn: a second stage needs transposed_linear_args over W_downᵀ or "
+        "linear_args over W_down");
   }
 };
 

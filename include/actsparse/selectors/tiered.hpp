@@ -11,10 +11,37 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace actsparse {
+
+namespace detail {
+
+// The tier rule on a borrowed base: every index of `base` (sorted, unique), plus the
+// highest-scoring other indices up to `want` in all (ties: lower index first). Shared by
+// tiered (which owns its base) and calibrated_selector (whose base a schedule owns).
+inline void select_tier(std::string_view where, std::span<const float> scores, std::size_t want,
+                        std::span<const std::uint32_t> base, selection& out) {
+  const std::size_t n = scores.size();
+  require_universe(where, n);
+  if (const auto bad = std::lower_bound(base.begin(), base.end(), n); bad != base.end()) {
+    fail(where, "base[" + std::to_string(bad - base.begin()) + "]", *bad, "an index < n = " + std::to_string(n));
+  }
+  const score_scan scan = scan_scores(scores);
+  if (scan.non_finite) {
+    fail_score(where, scores, first_non_finite(scores), "a finite score (NaN and infinity cannot be ranked)");
+  }
+  out.reset(n);
+  out.total_mass = scan.total;
+  out.indices.assign(base.begin(), base.end());
+  if (out.indices.size() < want) add_top_unkept(where, scores, want - out.indices.size(), out);
+  out.covered_mass = out.indices.size() == n ? scan.total : sum_kept(scores, out.indices);
+}
+
+}  // namespace detail
 
 // Keeps ceil(n / m) indices: every index of `base`, plus the highest-scoring non-base
 // indices (ties: lower index first) to fill up to ceil(n / m). If base already holds
@@ -33,24 +60,7 @@ struct tiered {
   }
 
   void select(std::span<const float> scores, selection& out) const {
-    constexpr std::string_view where = "tiered::select";
-    const std::size_t n = scores.size();
-    const std::size_t want = keep_count(n);
-    detail::require_universe(where, n);
-    if (const auto bad = std::lower_bound(base.begin(), base.end(), n); bad != base.end()) {
-      detail::fail(where, "base[" + std::to_string(bad - base.begin()) + "]", *bad,
-                   "an index < n = " + std::to_string(n));
-    }
-    const detail::score_scan scan = detail::scan_scores(scores);
-    if (scan.non_finite) {
-      detail::fail_score(where, scores, detail::first_non_finite(scores),
-                         "a finite score (NaN and infinity cannot be ranked)");
-    }
-    out.reset(n);
-    out.total_mass = scan.total;
-    out.indices.assign(base.begin(), base.end());
-    if (out.indices.size() < want) detail::add_top_unkept(where, scores, want - out.indices.size(), out);
-    out.covered_mass = out.indices.size() == n ? scan.total : detail::sum_kept(scores, out.indices);
+    detail::select_tier("tiered::select", scores, keep_count(scores.size()), base.indices(), out);
   }
 
   [[nodiscard]] selection select(std::span<const float> scores) const {

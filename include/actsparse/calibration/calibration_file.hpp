@@ -1,0 +1,666 @@
+#pragma once
+// The calibration file: everything calibration fitted for one model, in one versioned JSON file
+// that an engine loads next to the weights. It holds the model's fingerprint (shapes and a hash
+// of the FFN weights), per layer the budget-independent data (the calibrated score's per-neuron
+// weights, W_down's column norms, the neuron permutation, the tiers with their base sets, the
+// tier predictor, the low-rank gate predictor), and any number of budgets: per-layer selector
+// settings for a target fraction of FFN bytes, with the bytes each setting read on the
+// calibration sample.
+//
+// Neuron ids in the file (base sets, per-neuron weights, predictor rows) are those of the
+// permuted model: load the weights, check the fingerprint (of the weights as loaded), apply the
+// permutation (permute_ffn), then build a calibrated_schedule.
+//
+// Loading is strict: a malformed or truncated document, a missing or unknown key, a wrong type,
+// another model or other shapes, a newer version, a permutation that is not one, an index out of
+// range, a NaN or infinite value each throw actsparse::error naming the field (its JSON path) and
+// what was expected. Floats are written with the digits that read back the same value, so save
+// then load gives the same data bit for bit.
+//
+// JSON is read and written by nlohmann::json (Debian: nlohmann-json3-dev): a well-kept parser
+// rather than one of ours. Only this header needs it.
+
+#include <actsparse/calibration/detail/checks.hpp>
+#include <actsparse/calibration/neuron_order.hpp>
+#include <actsparse/calibration/tier_predictor.hpp>
+#include <actsparse/core/activation.hpp>
+#include <actsparse/core/dtype.hpp>
+#include <actsparse/core/error.hpp>
+#include <actsparse/core/op_args.hpp>
+#include <actsparse/core/views.hpp>
+#include <actsparse/selectors/calibrated_selector.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace actsparse {
+
+// The model a calibration belongs to.
+struct model_fingerprint {
+  std::size_t layers = 0;
+  std::size_t d_model = 0;
+  std::size_t d_ff = 0;
+  activation act = activation::silu;
+  std::string weights;  // "fnv1a64:" + 16 hex digits over the FFN weight bytes
+
+  // Of the FFN layers as the engine holds them (before any permutation): FNV-1a 64 over, layer by
+  // layer, the bytes of every row of W_gate, W_up and W_down (W_downᵀ when W_down is absent), in
+  // their own dtype (so an f32 and a q4_0 copy of one model are different models).
+  static model_fingerprint of(std::span<const ffn_layer> ffn) {
+    constexpr std::string_view where = "model_fingerprint::of";
+    detail::require(!ffn.empty(), where, "ffn.size()", 0, "at least one layer");
+    model_fingerprint f;
+    f.layers = ffn.size();
+    f.d_model = ffn[0].d_model();
+    f.d_ff = ffn[0].d_ff();
+    f.act = ffn[0].act;
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    const auto bytes = [&h](const weight_view& w) {
+      const std::size_t rb = row_bytes(w.type, w.cols);
+      for (std::size_t r = 0; r < w.rows; ++r) {
+        const auto* p = static_cast<const unsigned char*>(w.data) + r * w.row_stride;
+        for (std::size_t i = 0; i < rb; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+      }
+    };
+    for (std::size_t l = 0; l < ffn.size(); ++l) {
+      const ffn_layer& w = ffn[l];
+      if (w.d_model() != f.d_model || w.d_ff() != f.d_ff || w.act != f.act) {
+        detail::fail(where, "ffn[" + std::to_string(l) + "]", "another shape or activation",
+                     "every layer of the shape and activation of layer 0");
+      }
+      validate(w.gate, where, "gate");
+      validate(w.up, where, "up");
+      bytes(w.gate);
+      bytes(w.up);
+      const weight_view& d = w.down.absent() ? w.down_t : w.down;
+      validate(d, where, "down");
+      bytes(d);
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    f.weights = std::string("fnv1a64:") + hex;
+    return f;
+  }
+  friend bool operator==(const model_fingerprint&, const model_fingerprint&) = default;
+};
+
+// A tier: keep ceil(d_ff / m), the base set first.
+struct tier_entry {
+  std::size_t m = 1;
+  std::vector<std::uint32_t> base;  // sorted, unique, < d_ff
+  friend bool operator==(const tier_entry&, const tier_entry&) = default;
+};
+
+// The low-rank gate predictor's factors (low_rank_gate.hpp fits them): a [rank x d_model],
+// u [d_ff x rank], row-major f32.
+struct gate_predictor_data {
+  std::size_t rank = 0;
+  std::vector<float> a, u;
+  friend bool operator==(const gate_predictor_data&, const gate_predictor_data&) = default;
+};
+
+// Per layer, whatever the budget.
+struct layer_calibration {
+  std::vector<float> score_weights;        // the calibrated gate-only score's weights (weight_aware_gate norms)
+  std::vector<float> down_norms;           // ‖W_down[:, j]‖ (the second stage's weights)
+  std::vector<std::uint32_t> permutation;  // order[i] = original neuron of neuron i; empty: none
+  std::vector<tier_entry> tiers;           // increasing m; may be empty
+  std::optional<tier_predictor_parameters> tier_predictor;
+  std::optional<gate_predictor_data> gate_predictor;
+  friend bool operator==(const layer_calibration&, const layer_calibration&) = default;
+};
+
+// One layer's selector setting in one budget.
+struct layer_budget {
+  bool dense = false;
+  neuron_rule rule = neuron_rule::top_k;
+  double keep = 1.0;            // the first stage's share (top_k: k = ceil(keep d_ff); threshold: t's share)
+  float threshold = 0.0F;       // the threshold rule's t (finite)
+  std::size_t tier = 0;         // the tier rule's tier index (with predict_tier: the cap)
+  bool predict_tier = false;    // the tier predictor picks a tier <= tier per token
+  double refine = 1.0;          // the second stage keeps this share of the first stage's neurons
+  bool predict_gate = false;    // the gate predictor chooses the first stage; the gate is read for it only
+  double bytes_fraction = 1.0;  // measured on the calibration sample
+  friend bool operator==(const layer_budget&, const layer_budget&) = default;
+};
+
+inline constexpr std::size_t input_projections = 7;  // q, k, v, o, gate, up, down
+
+struct budget_entry {
+  std::string name;    // unique in the file
+  std::string method;  // how it was fitted (free text: "budgets", "tiers", ...)
+  double target_bytes = 1.0;
+  double bytes_fraction = 1.0;          // measured on the calibration sample
+  double kl = 0.0;                      // mean KL against dense on the calibration sample
+  std::vector<layer_budget> layers;     // one per layer, or empty (an input-sparse budget)
+  std::vector<float> input_thresholds;  // layers x 7 thresholds of |x| per projection (TEAL), or empty
+  friend bool operator==(const budget_entry&, const budget_entry&) = default;
+};
+
+struct calibration_data {
+  static constexpr std::int64_t current_version = 1;
+  static constexpr std::string_view format_name = "actsparse-calibration";
+
+  model_fingerprint model;
+  std::size_t sample_sequences = 0;
+  std::size_t sample_tokens = 0;
+  std::vector<layer_calibration> layers;
+  std::vector<budget_entry> budgets;
+
+  friend bool operator==(const calibration_data&, const calibration_data&) = default;
+
+  [[nodiscard]] const budget_entry& budget(std::string_view name) const {
+    std::string names;
+    for (const budget_entry& b : budgets) {
+      if (b.name == name) return b;
+      names.append(names.empty() ? "" : ", ").append(b.name);
+    }
+    detail::fail("calibration_data::budget", "name", std::string(name),
+                 "one of the file's budgets (" + (names.empty() ? std::string("none") : names) + ")");
+  }
+
+  // Throws unless the data belongs to this model (the fingerprint of its weights as loaded).
+  void check_model(const model_fingerprint& m) const {
+    constexpr std::string_view where = "calibration_data::check_model";
+    const auto same = [&](std::string_view field, std::size_t a, std::size_t b) {
+      if (a != b) {
+        detail::fail(where, "model." + std::string(field), a, std::to_string(b) + " (the model being loaded)");
+      }
+    };
+    same("layers", model.layers, m.layers);
+    same("d_model", model.d_model, m.d_model);
+    same("d_ff", model.d_ff, m.d_ff);
+    if (model.act != m.act) detail::fail(where, "model.activation", name(model.act), std::string(name(m.act)));
+    if (model.weights != m.weights) {
+      detail::fail(where, "model.weights", model.weights,
+                   m.weights + " (the hash of the model being loaded: this file calibrates another model)");
+    }
+  }
+
+  // ------------------------------------------------------------------ text form -------
+  [[nodiscard]] std::string to_json() const {
+    validate_data("calibration_data::to_json");
+    nlohmann::ordered_json j;
+    j["format"] = format_name;
+    j["version"] = current_version;
+    j["model"] = {{"layers", model.layers},
+                  {"d_model", model.d_model},
+                  {"d_ff", model.d_ff},
+                  {"activation", name(model.act)},
+                  {"weights", model.weights}};
+    j["sample"] = {{"sequences", sample_sequences}, {"tokens", sample_tokens}};
+    nlohmann::ordered_json ls = nlohmann::ordered_json::array();
+    for (const layer_calibration& l : layers) {
+      nlohmann::ordered_json o;
+      o["score_weights"] = floats(l.score_weights);
+      o["down_norms"] = floats(l.down_norms);
+      o["permutation"] = l.permutation;
+      nlohmann::ordered_json ts = nlohmann::ordered_json::array();
+      for (const tier_entry& t : l.tiers) ts.push_back({{"m", t.m}, {"base", t.base}});
+      o["tiers"] = ts;
+      if (l.tier_predictor) {
+        const tier_predictor_parameters& p = *l.tier_predictor;
+        o["tier_predictor"] = {{"hidden", p.hidden},       {"classes", p.classes}, {"mean", floats(p.mean)},
+                               {"scale", floats(p.scale)}, {"w1", floats(p.w1)},   {"b1", floats(p.b1)},
+                               {"w2", floats(p.w2)},       {"b2", floats(p.b2)}};
+      } else {
+        o["tier_predictor"] = nullptr;
+      }
+      if (l.gate_predictor) {
+        o["gate_predictor"] = {
+            {"rank", l.gate_predictor->rank}, {"a", floats(l.gate_predictor->a)}, {"u", floats(l.gate_predictor->u)}};
+      } else {
+        o["gate_predictor"] = nullptr;
+      }
+      ls.push_back(std::move(o));
+    }
+    j["layers"] = std::move(ls);
+    nlohmann::ordered_json bs = nlohmann::ordered_json::array();
+    for (const budget_entry& b : budgets) {
+      nlohmann::ordered_json o;
+      o["name"] = b.name;
+      o["method"] = b.method;
+      o["target_bytes"] = b.target_bytes;
+      o["bytes_fraction"] = b.bytes_fraction;
+      o["kl"] = b.kl;
+      nlohmann::ordered_json lb = nlohmann::ordered_json::array();
+      for (const layer_budget& s : b.layers) {
+        lb.push_back({{"dense", s.dense},
+                      {"rule", name(s.rule)},
+                      {"keep", s.keep},
+                      {"threshold", shortest(s.threshold)},
+                      {"tier", s.tier},
+                      {"predict_tier", s.predict_tier},
+                      {"refine", s.refine},
+                      {"predict_gate", s.predict_gate},
+                      {"bytes_fraction", s.bytes_fraction}});
+      }
+      o["layers"] = std::move(lb);
+      nlohmann::ordered_json it = nlohmann::ordered_json::array();
+      for (const float t : b.input_thresholds) {
+        if (std::isinf(t)) {
+          it.push_back("-inf");  // JSON has no infinity
+        } else {
+          it.push_back(shortest(t));
+        }
+      }
+      o["input_thresholds"] = std::move(it);
+      bs.push_back(std::move(o));
+    }
+    j["budgets"] = std::move(bs);
+    return j.dump(1) + "\n";
+  }
+
+  [[nodiscard]] static calibration_data parse(std::string_view text) {
+    constexpr std::string_view where = "calibration_data::parse";
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text.begin(), text.end());
+    } catch (const nlohmann::json::exception& e) {
+      detail::fail_described(where, "json", std::string("not a JSON document (") + e.what() + ")",
+                             "a complete, well-formed JSON document");
+    }
+    reader r{where};
+    calibration_data d;
+    r.keys(j, "", {"format", "version", "model", "sample", "layers", "budgets"});
+    if (r.string(j, "format") != format_name) {
+      detail::fail(where, "format", r.string(j, "format"), "\"actsparse-calibration\"");
+    }
+    const nlohmann::json& version = r.at(j, "version", "");
+    if (!version.is_number_integer() || version.get<std::int64_t>() < 1) {
+      detail::fail_described(where, "version", version.dump(), "an integer >= 1");
+    }
+    if (version.get<std::int64_t>() > current_version) {
+      detail::fail_described(where, "version", version.dump(),
+                             "a version <= " + std::to_string(current_version) +
+                                 " (the file is newer than this library; update actsparse)");
+    }
+    const nlohmann::json& m = r.at(j, "model", "");
+    r.keys(m, "model", {"layers", "d_model", "d_ff", "activation", "weights"});
+    d.model.layers = r.size(m, "model.layers", "layers", 1, 1u << 16);
+    d.model.d_model = r.size(m, "model.d_model", "d_model", 1, std::size_t{1} << 20);
+    d.model.d_ff = r.size(m, "model.d_ff", "d_ff", 2, std::size_t{1} << 24);
+    const std::string act = r.string(m, "activation", "model.activation");
+    bool found = false;
+    for (const activation a : {activation::silu, activation::gelu, activation::relu}) {
+      if (act == name(a)) {
+        d.model.act = a;
+        found = true;
+      }
+    }
+    if (!found) detail::fail(where, "model.activation", act, "\"silu\", \"gelu\" or \"relu\"");
+    d.model.weights = r.string(m, "weights", "model.weights");
+    const nlohmann::json& sample = r.at(j, "sample", "");
+    r.keys(sample, "sample", {"sequences", "tokens"});
+    d.sample_sequences = r.size(sample, "sample.sequences", "sequences", 0, std::numeric_limits<std::uint32_t>::max());
+    d.sample_tokens = r.size(sample, "sample.tokens", "tokens", 0, std::numeric_limits<std::uint32_t>::max());
+    const nlohmann::json& ls = r.array(j, "layers", "layers");
+    if (ls.size() != d.model.layers) {
+      detail::fail(where, "layers", std::to_string(ls.size()) + " entries",
+                   "one per layer: model.layers = " + std::to_string(d.model.layers));
+    }
+    for (std::size_t l = 0; l < ls.size(); ++l)
+      d.layers.push_back(r.layer(ls[l], "layers[" + std::to_string(l) + "]", d.model));
+    const nlohmann::json& bs = r.array(j, "budgets", "budgets");
+    for (std::size_t b = 0; b < bs.size(); ++b)
+      d.budgets.push_back(r.budget(bs[b], "budgets[" + std::to_string(b) + "]"));
+    d.validate_data(where);
+    return d;
+  }
+
+  // parse, then check_model.
+  [[nodiscard]] static calibration_data parse(std::string_view text, const model_fingerprint& expected) {
+    calibration_data d = parse(text);
+    d.check_model(expected);
+    return d;
+  }
+
+  [[nodiscard]] static calibration_data load(const std::filesystem::path& path, const model_fingerprint& expected) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) detail::fail("calibration_data::load", "path", path.string(), "a readable calibration file");
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (in.bad()) detail::fail("calibration_data::load", "path", path.string(), "a readable file (reading failed)");
+    return parse(text, expected);
+  }
+
+  void save(const std::filesystem::path& path) const {
+    const std::string text = to_json();
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.close();
+    if (!out) detail::fail("calibration_data::save", "path", path.string(), "a writable file");
+  }
+
+  // The consistency checks of parse on data built in memory (to_json runs them too).
+  void validate_data(std::string_view where) const {
+    const std::size_t d_ff = model.d_ff;
+    detail::require(layers.size() == model.layers, where, "layers.size()", layers.size(),
+                    "model.layers = " + std::to_string(model.layers));
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const std::string at = "layers[" + std::to_string(l) + "]";
+      const layer_calibration& c = layers[l];
+      detail::require_finite_values(c.score_weights, d_ff, where, at + ".score_weights", true);
+      detail::require_finite_values(c.down_norms, d_ff, where, at + ".down_norms", true);
+      if (!c.permutation.empty()) check_permutation(c.permutation, d_ff, where, at + ".permutation");
+      for (std::size_t t = 0; t < c.tiers.size(); ++t) {
+        const std::string tat = at + ".tiers[" + std::to_string(t) + "]";
+        const tier_entry& e = c.tiers[t];
+        detail::require(e.m >= 1 && e.m <= d_ff && (t == 0 || e.m > c.tiers[t - 1].m), where, tat + ".m", e.m,
+                        "a tier m in 1 .. d_ff, increasing from tier to tier");
+        for (std::size_t i = 0; i < e.base.size(); ++i) {
+          if (e.base[i] >= d_ff || (i > 0 && e.base[i] <= e.base[i - 1])) {
+            detail::fail(where, tat + ".base[" + std::to_string(i) + "]", e.base[i],
+                         "sorted unique neuron ids < d_ff = " + std::to_string(d_ff));
+          }
+        }
+      }
+      if (c.tier_predictor) {
+        try {
+          (void)tier_predictor::from_parameters(*c.tier_predictor);
+        } catch (const error& e) {
+          detail::fail_described(where, at + ".tier_predictor." + e.argument(), e.value(), e.expected());
+        }
+        if (c.tier_predictor->classes != c.tiers.size()) {
+          detail::fail(where, at + ".tier_predictor.classes", c.tier_predictor->classes,
+                       "one class per tier: " + std::to_string(c.tiers.size()));
+        }
+      }
+      if (c.gate_predictor) {
+        const gate_predictor_data& g = *c.gate_predictor;
+        detail::require(g.rank >= 1 && g.rank <= std::min(d_ff, model.d_model), where, at + ".gate_predictor.rank",
+                        g.rank, "1 .. min(d_ff, d_model)");
+        detail::require_finite_values(g.a, g.rank * model.d_model, where, at + ".gate_predictor.a", false);
+        detail::require_finite_values(g.u, d_ff * g.rank, where, at + ".gate_predictor.u", false);
+      }
+    }
+    for (std::size_t b = 0; b < budgets.size(); ++b) {
+      const std::string at = "budgets[" + std::to_string(b) + "]";
+      const budget_entry& e = budgets[b];
+      detail::require(!e.name.empty(), where, at + ".name", "", "a non-empty name");
+      for (std::size_t o = 0; o < b; ++o) {
+        if (budgets[o].name == e.name) detail::fail(where, at + ".name", e.name, "a name no other budget has");
+      }
+      check_fraction(e.target_bytes, where, at + ".target_bytes");
+      check_fraction(e.bytes_fraction, where, at + ".bytes_fraction");
+      detail::require(e.kl >= 0.0 && std::isfinite(e.kl), where, at + ".kl", e.kl, "a finite KL >= 0");
+      detail::require(e.layers.empty() || e.layers.size() == model.layers, where, at + ".layers",
+                      std::to_string(e.layers.size()) + " entries", "none, or one per layer");
+      detail::require(!e.layers.empty() || !e.input_thresholds.empty(), where, at, "a budget with no settings",
+                      "layers, input_thresholds, or both");
+      if (!e.input_thresholds.empty()) {
+        detail::require(e.input_thresholds.size() == model.layers * input_projections, where, at + ".input_thresholds",
+                        std::to_string(e.input_thresholds.size()) + " values",
+                        "layers x 7 = " + std::to_string(model.layers * input_projections));
+        for (std::size_t i = 0; i < e.input_thresholds.size(); ++i) {
+          if (std::isnan(e.input_thresholds[i]) || e.input_thresholds[i] == std::numeric_limits<float>::infinity()) {
+            detail::fail(where, at + ".input_thresholds[" + std::to_string(i) + "]", e.input_thresholds[i],
+                         "a threshold that is a number below +inf");
+          }
+        }
+      }
+      for (std::size_t l = 0; l < e.layers.size(); ++l) {
+        const std::string lat = at + ".layers[" + std::to_string(l) + "]";
+        const layer_budget& s = e.layers[l];
+        const layer_calibration& c = layers[l];
+        detail::require(s.keep > 0.0 && s.keep <= 1.0, where, lat + ".keep", s.keep, "a share in (0, 1]");
+        detail::require(s.refine > 0.0 && s.refine <= 1.0, where, lat + ".refine", s.refine, "a share in (0, 1]");
+        detail::require(std::isfinite(s.threshold), where, lat + ".threshold", s.threshold, "a finite threshold");
+        check_fraction(s.bytes_fraction, where, lat + ".bytes_fraction");
+        if (s.rule == neuron_rule::tier || s.predict_tier) {
+          detail::require(s.tier < c.tiers.size(), where, lat + ".tier", s.tier,
+                          "a tier index below the layer's " + std::to_string(c.tiers.size()) + " tiers");
+        }
+        if (s.predict_tier) {
+          detail::require(s.rule == neuron_rule::tier && c.tier_predictor.has_value(), where, lat + ".predict_tier",
+                          true, "the tier rule and a layer with a tier_predictor");
+        }
+        if (s.predict_gate) {
+          detail::require(c.gate_predictor.has_value(), where, lat + ".predict_gate", true,
+                          "a layer with a gate_predictor");
+        }
+      }
+    }
+  }
+
+ private:
+  // A float as the double nearest its shortest decimal form (std::to_chars): the JSON shows 0.4,
+  // not 0.4000000059604645, and reads back to the same float.
+  static double shortest(float x) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, x);
+    *r.ptr = '\0';
+    return std::strtod(buf, nullptr);
+  }
+  static nlohmann::ordered_json floats(const std::vector<float>& v) {
+    nlohmann::ordered_json a = nlohmann::ordered_json::array();
+    for (const float x : v) a.push_back(shortest(x));
+    return a;
+  }
+  static void check_fraction(double v, std::string_view where, const std::string& at) {
+    detail::require(v >= 0.0 && v <= 1.0, where, at, v, "a fraction in [0, 1]");
+  }
+
+  // Typed access with errors that name the JSON path.
+  struct reader {
+    std::string_view where;
+
+    [[nodiscard]] const nlohmann::json& at(const nlohmann::json& o, std::string_view key,
+                                           const std::string& path) const {
+      const std::string full = path.empty() ? std::string(key) : path + "." + std::string(key);
+      if (!o.is_object()) detail::fail_described(where, path.empty() ? "(document)" : path, o.type_name(), "an object");
+      const auto it = o.find(std::string(key));
+      if (it == o.end()) detail::fail_described(where, full, "missing", "a value (a required key)");
+      return *it;
+    }
+    void keys(const nlohmann::json& o, const std::string& path, std::initializer_list<std::string_view> known) const {
+      if (!o.is_object()) {
+        detail::fail_described(where, path.empty() ? "(document)" : path, std::string("a JSON ") + o.type_name(),
+                               "an object");
+      }
+      for (auto it = o.begin(); it != o.end(); ++it) {
+        bool ok = false;
+        for (const std::string_view k : known) ok |= it.key() == k;
+        if (!ok) {
+          std::string list;
+          for (const std::string_view k : known) list.append(list.empty() ? "" : ", ").append(k);
+          detail::fail_described(where, path.empty() ? it.key() : path + "." + it.key(), "an unknown key",
+                                 "one of: " + list);
+        }
+      }
+    }
+    [[nodiscard]] std::string string(const nlohmann::json& o, std::string_view key,
+                                     const std::string& path = "") const {
+      const nlohmann::json& v = at(o, key, "");
+      if (!v.is_string()) detail::fail_described(where, path.empty() ? std::string(key) : path, v.dump(), "a string");
+      return v.get<std::string>();
+    }
+    [[nodiscard]] std::size_t size(const nlohmann::json& o, const std::string& path, std::string_view key,
+                                   std::size_t lo, std::size_t hi) const {
+      return integer(at(o, key, ""), path, lo, hi);
+    }
+    [[nodiscard]] std::size_t integer(const nlohmann::json& v, const std::string& path, std::size_t lo,
+                                      std::size_t hi) const {
+      if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0)) {
+        detail::fail_described(where, path, v.dump(), "a non-negative integer");
+      }
+      const auto x = v.get<std::uint64_t>();
+      if (x < lo || x > hi) {
+        detail::fail_described(where, path, v.dump(),
+                               "an integer in " + std::to_string(lo) + " .. " + std::to_string(hi));
+      }
+      return static_cast<std::size_t>(x);
+    }
+    [[nodiscard]] double number(const nlohmann::json& o, std::string_view key, const std::string& path) const {
+      const nlohmann::json& v = at(o, key, "");
+      if (!v.is_number()) detail::fail_described(where, path, v.dump(), "a number");
+      return v.get<double>();
+    }
+    [[nodiscard]] bool boolean(const nlohmann::json& o, std::string_view key, const std::string& path) const {
+      const nlohmann::json& v = at(o, key, "");
+      if (!v.is_boolean()) detail::fail_described(where, path, v.dump(), "true or false");
+      return v.get<bool>();
+    }
+    [[nodiscard]] const nlohmann::json& array(const nlohmann::json& o, std::string_view key,
+                                              const std::string& path) const {
+      const nlohmann::json& v = at(o, key, "");
+      if (!v.is_array()) detail::fail_described(where, path, std::string("a JSON ") + v.type_name(), "an array");
+      return v;
+    }
+    [[nodiscard]] std::vector<float> floats(const nlohmann::json& o, std::string_view key,
+                                            const std::string& path) const {
+      const nlohmann::json& a = array(o, key, path);
+      std::vector<float> out;
+      out.reserve(a.size());
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        const nlohmann::json& v = a[i];
+        const std::string p = path + "[" + std::to_string(i) + "]";
+        if (!v.is_number()) detail::fail_described(where, p, v.dump(), "a number");
+        const double x = v.get<double>();
+        if (!std::isfinite(x) || std::fabs(x) > std::numeric_limits<float>::max()) {
+          detail::fail_described(where, p, v.dump(), "a finite number in the range of float");
+        }
+        out.push_back(static_cast<float>(x));
+      }
+      return out;
+    }
+    [[nodiscard]] std::vector<std::uint32_t> ids(const nlohmann::json& o, std::string_view key, const std::string& path,
+                                                 std::size_t n) const {
+      const nlohmann::json& a = array(o, key, path);
+      std::vector<std::uint32_t> out;
+      out.reserve(a.size());
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        out.push_back(static_cast<std::uint32_t>(integer(a[i], path + "[" + std::to_string(i) + "]", 0, n - 1)));
+      }
+      return out;
+    }
+
+    [[nodiscard]] layer_calibration layer(const nlohmann::json& o, const std::string& path,
+                                          const model_fingerprint& m) const {
+      keys(o, path, {"score_weights", "down_norms", "permutation", "tiers", "tier_predictor", "gate_predictor"});
+      layer_calibration c;
+      c.score_weights = floats(o, "score_weights", path + ".score_weights");
+      c.down_norms = floats(o, "down_norms", path + ".down_norms");
+      c.permutation = ids(o, "permutation", path + ".permutation", m.d_ff);
+      const nlohmann::json& ts = array(o, "tiers", path + ".tiers");
+      for (std::size_t t = 0; t < ts.size(); ++t) {
+        const std::string tp = path + ".tiers[" + std::to_string(t) + "]";
+        keys(ts[t], tp, {"m", "base"});
+        tier_entry e;
+        e.m = size(ts[t], tp + ".m", "m", 1, m.d_ff);
+        e.base = ids(ts[t], "base", tp + ".base", m.d_ff);
+        c.tiers.push_back(std::move(e));
+      }
+      const nlohmann::json& tp = at(o, "tier_predictor", path);
+      if (!tp.is_null()) {
+        const std::string p = path + ".tier_predictor";
+        keys(tp, p, {"hidden", "classes", "mean", "scale", "w1", "b1", "w2", "b2"});
+        tier_predictor_parameters q;
+        q.hidden = size(tp, p + ".hidden", "hidden", 1, 4096);
+        q.classes = size(tp, p + ".classes", "classes", 1, 256);
+        q.mean = floats(tp, "mean", p + ".mean");
+        q.scale = floats(tp, "scale", p + ".scale");
+        q.w1 = floats(tp, "w1", p + ".w1");
+        q.b1 = floats(tp, "b1", p + ".b1");
+        q.w2 = floats(tp, "w2", p + ".w2");
+        q.b2 = floats(tp, "b2", p + ".b2");
+        c.tier_predictor = std::move(q);
+      }
+      const nlohmann::json& gp = at(o, "gate_predictor", path);
+      if (!gp.is_null()) {
+        const std::string p = path + ".gate_predictor";
+        keys(gp, p, {"rank", "a", "u"});
+        gate_predictor_data g;
+        g.rank = size(gp, p + ".rank", "rank", 1, std::min(m.d_ff, m.d_model));
+        g.a = floats(gp, "a", p + ".a");
+        g.u = floats(gp, "u", p + ".u");
+        c.gate_predictor = std::move(g);
+      }
+      return c;
+    }
+
+    [[nodiscard]] budget_entry budget(const nlohmann::json& o, const std::string& path) const {
+      keys(o, path, {"name", "method", "target_bytes", "bytes_fraction", "kl", "layers", "input_thresholds"});
+      budget_entry b;
+      b.name = string(o, "name", path + ".name");
+      b.method = string(o, "method", path + ".method");
+      b.target_bytes = number(o, "target_bytes", path + ".target_bytes");
+      b.bytes_fraction = number(o, "bytes_fraction", path + ".bytes_fraction");
+      b.kl = number(o, "kl", path + ".kl");
+      const nlohmann::json& ls = array(o, "layers", path + ".layers");
+      for (std::size_t l = 0; l < ls.size(); ++l) {
+        const std::string p = path + ".layers[" + std::to_string(l) + "]";
+        keys(
+            ls[l], p,
+            {"dense", "rule", "keep", "threshold", "tier", "predict_tier", "refine", "predict_gate", "bytes_fraction"});
+        layer_budget s;
+        s.dense = boolean(ls[l], "dense", p + ".dense");
+        const std::string rule = string(ls[l], "rule", p + ".rule");
+        bool found = false;
+        for (const neuron_rule r :
+             {neuron_rule::keep_all, neuron_rule::top_k, neuron_rule::threshold, neuron_rule::tier}) {
+          if (rule == name(r)) {
+            s.rule = r;
+            found = true;
+          }
+        }
+        if (!found) detail::fail(where, p + ".rule", rule, "\"keep_all\", \"top_k\", \"threshold\" or \"tier\"");
+        s.keep = number(ls[l], "keep", p + ".keep");
+        const double t = number(ls[l], "threshold", p + ".threshold");
+        if (!(std::fabs(t) <= std::numeric_limits<float>::max())) {
+          detail::fail(where, p + ".threshold", t, "a finite number in the range of float");
+        }
+        s.threshold = static_cast<float>(t);
+        s.tier = size(ls[l], p + ".tier", "tier", 0, 255);
+        s.predict_tier = boolean(ls[l], "predict_tier", p + ".predict_tier");
+        s.refine = number(ls[l], "refine", p + ".refine");
+        s.predict_gate = boolean(ls[l], "predict_gate", p + ".predict_gate");
+        s.bytes_fraction = number(ls[l], "bytes_fraction", p + ".bytes_fraction");
+        b.layers.push_back(s);
+      }
+      b.input_thresholds = floats_allow_neg_inf(o, "input_thresholds", path + ".input_thresholds");
+      return b;
+    }
+
+    // TEAL thresholds may be -inf (keep every input); JSON has no infinity, so -inf is written as
+    // the string "-inf".
+    [[nodiscard]] std::vector<float> floats_allow_neg_inf(const nlohmann::json& o, std::string_view key,
+                                                          const std::string& path) const {
+      const nlohmann::json& a = array(o, key, path);
+      std::vector<float> out;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        const nlohmann::json& v = a[i];
+        const std::string p = path + "[" + std::to_string(i) + "]";
+        if (v.is_string() && v.get<std::string>() == "-inf") {
+          out.push_back(-std::numeric_limits<float>::infinity());
+          continue;
+        }
+        if (!v.is_number()) detail::fail_described(where, p, v.dump(), "a number or \"-inf\"");
+        const double x = v.get<double>();
+        if (!std::isfinite(x) || std::fabs(x) > std::numeric_limits<float>::max()) {
+          detail::fail_described(where, p, v.dump(), "a finite number in the range of float, or \"-inf\"");
+        }
+        out.push_back(static_cast<float>(x));
+      }
+      return out;
+    }
+  };
+};
+
+}  // namespace actsparse
