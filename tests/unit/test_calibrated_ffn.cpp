@@ -80,13 +80,15 @@ calibration_data make_data(const model& m, std::mt19937& rng) {
     c.tiers = {{1, {}}, {2, {3, 7, 50}}, {4, {7}}};
     tier_predictor_parameters p;
     p.hidden = 4;
-    p.classes = 3;
+    p.tiers = 3;
     p.mean.assign(token_feature_count, 0.0F);
     p.scale.assign(token_feature_count, 1.0F);
     for (std::size_t i = 0; i < 4 * token_feature_count; ++i) p.w1.push_back(pos(rng) - 1.0F);
     p.b1.assign(4, 0.1F);
     for (std::size_t i = 0; i < 3 * 4; ++i) p.w2.push_back(pos(rng) - 1.0F);
     p.b2 = {0.0F, 0.5F, 0.2F};
+    p.out_mean = {-10.0F, -6.0F, -4.0F};
+    p.out_scale = {1.0F, 2.0F, 2.0F};
     c.tier_predictor = p;
     c.gate_predictor = gate_predictor_data{m.predictors[l].rank(),
                                            {m.predictors[l].a().begin(), m.predictors[l].a().end()},
@@ -116,6 +118,7 @@ calibration_data make_data(const model& m, std::mt19937& rng) {
     layer_budget s = setting(neuron_rule::tier, 1.0);
     s.tier = 2;
     s.predict_tier = true;
+    s.tier_budget = 1e-3;
     return s;
   }());
   add("predicted", [] {
@@ -228,6 +231,8 @@ TEST_CASE("calibration file: every malformed field is a clear error naming it") 
   fails(replaced(text, "\"name\": \"top_k\"", "\"name\": \"keep-all\""), "budgets[1].name");
   fails(replaced(text, "\"tier\": 2", "\"tier\": 3"), "budgets[5].layers[0].tier");
   fails(replaced(text, "\"hidden\": 4", "\"hidden\": 5"), "tier_predictor.w1");
+  fails(replaced(text, "\"tier_budget\": 0.001", "\"tier_budget\": -1"), "budgets[5].layers[0].tier_budget");
+  fails(replaced(text, "\"with_base\": false", "\"with_base\": true"), "budgets[0].layers[0].with_base");
   fails(replaced(text, "\"rank\": 12", "\"rank\": 11"), "gate_predictor.a");
   fails(replaced(text, "\"score_weights\": [", "\"score_weights\": [-1,"), "layers[0].score_weights");
   // A permutation that is one loads; one with a repeated entry does not.
@@ -420,7 +425,7 @@ TEST_CASE("calibrated schedule: per-token tiers keep their base set, never above
     }
     // The tier is the predictor's, computed from x.
     std::vector<float> scratch;
-    CHECK(tier_predictor::from_parameters(*d.layers[0].tier_predictor).predict_from_input(x, 2, scratch) == tier);
+    CHECK(tier_predictor::from_parameters(*d.layers[0].tier_predictor).predict_from_input(x, 2, 1e-3, scratch) == tier);
   }
   CHECK(seen[0] + seen[1] + seen[2] == 40);
 }

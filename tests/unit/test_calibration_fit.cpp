@@ -42,6 +42,15 @@ TEST_CASE("calibrated_selector: each rule equals the selector it names") {
   const tiered t{3, base};
   const calibrated_selector tier3{neuron_rule::tier, 0, 0.0F, 3, base.indices()};
   CHECK(tier3.select(s).indices == t.select(s).indices);
+  // top_k and threshold with a base keep it too.
+  const calibrated_selector k33{neuron_rule::top_k, 33, 0.0F, 1, base.indices()};
+  CHECK(k33.select(s).indices == t.select(s).indices);
+  const calibrated_selector t09{neuron_rule::threshold, 0, 0.9F, 1, base.indices()};
+  std::vector<std::uint32_t> want = threshold{0.9F}.select(s).indices;
+  want.insert(want.end(), base.indices().begin(), base.indices().end());
+  std::sort(want.begin(), want.end());
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  CHECK(t09.select(s).indices == want);
   const calibrated_selector zero_m{neuron_rule::tier, 0, 0.0F, 0, {}};
   CHECK_THROWS_WITH_AS((void)zero_m.select(s), doctest::Contains("m >= 1"), error);
   const std::vector<std::uint32_t> bad{3, 200};
@@ -184,45 +193,53 @@ TEST_CASE("greedy_budget_search: takes the cheapest move per byte, records the p
   CHECK_THROWS_WITH_AS((void)greedy_budget_search(bad, 0.5), doctest::Contains("evaluate"), error);
 }
 
-TEST_CASE("tier_predictor: learns a separable rule, deterministic, checks its parameters") {
+TEST_CASE("tier_predictor: learns per-tier losses, picks the highest tier within the budget, deterministic") {
   std::mt19937 rng(5);
   std::vector<float> feats;
-  std::vector<std::uint8_t> labels;
+  std::vector<double> losses;  // 3 tiers
   std::vector<float> scratch;
   for (int i = 0; i < 600; ++i) {
-    // Inputs of small or large spread; the label is 1 for small spread (an "easy" token).
-    const float spread = (i % 2 == 0) ? 0.3F : 3.0F;
-    std::normal_distribution<float> g(0.0F, spread);
+    // Inputs of small or large spread: a small spread is an "easy" token (low losses).
+    const bool easy = i % 2 == 0;
+    std::normal_distribution<float> g(0.0F, easy ? 0.3F : 3.0F);
     std::vector<float> x(48);
     for (float& v : x) v = g(rng);
     float f[token_feature_count];
     token_features(x, f, scratch);
     feats.insert(feats.end(), f, f + token_feature_count);
-    labels.push_back(i % 2 == 0 ? 1 : 0);
+    losses.push_back(0.0);
+    losses.push_back(easy ? 1e-4 : 1e-2);
+    losses.push_back(easy ? 1e-3 : 1e-1);
   }
   tier_predictor_options o;
   o.epochs = 30;
-  const tier_predictor p = tier_predictor::train(feats, labels, 2, o);
-  CHECK(p == tier_predictor::train(feats, labels, 2, o));
+  const tier_predictor p = tier_predictor::train(feats, losses, 3, o);
+  CHECK(p == tier_predictor::train(feats, losses, 3, o));
+  const auto at = [&](std::size_t i) {
+    return std::span<const float>(feats.data() + i * token_feature_count, token_feature_count);
+  };
   std::size_t right = 0;
-  for (std::size_t i = 0; i < labels.size(); ++i) {
-    right +=
-        p.predict(std::span<const float>(feats.data() + i * token_feature_count, token_feature_count), 1) == labels[i]
-            ? 1
-            : 0;
+  for (std::size_t i = 0; i < 600; ++i) {
+    // Budget 3e-3: easy tokens can take tier 2, hard ones only tier 0.
+    right += p.predict(at(i), 2, 3e-3) == (i % 2 == 0 ? 2U : 0U) ? 1 : 0;
   }
-  CHECK(static_cast<double>(right) / static_cast<double>(labels.size()) > 0.95);
-  // The cap bounds the prediction.
-  CHECK(p.predict(std::span<const float>(feats.data(), token_feature_count), 0) == 0);
-  CHECK(p.parameter_count() == 32 * 8 + 32 + 2 * 32 + 2 + 16);
+  CHECK(static_cast<double>(right) / 600.0 > 0.95);
+  CHECK(p.predict(at(0), 1, 3e-3) == 1);  // the cap bounds the tier
+  CHECK(p.predict(at(0), 2, 1e-9) == 0);  // a budget nothing meets: tier 0
+  double pred[3];
+  p.predicted_losses(at(0), pred);
+  CHECK(pred[1] == doctest::Approx(std::log(1e-4 + tier_loss_floor)).epsilon(0.1));
+  CHECK(p.parameter_count() == 32 * 8 + 32 + 3 * 32 + 3 + 16 + 6);
   auto q = p.parameters();
   q.scale[3] = 0.0F;
   CHECK_THROWS_WITH_AS((void)tier_predictor::from_parameters(q), doctest::Contains("scale[3]"), error);
   q = p.parameters();
   q.w2.pop_back();
   CHECK_THROWS_WITH_AS((void)tier_predictor::from_parameters(q), doctest::Contains("w2.size()"), error);
-  const std::vector<std::uint8_t> bad_labels(labels.size(), 2);
-  CHECK_THROWS_WITH_AS((void)tier_predictor::train(feats, bad_labels, 2), doctest::Contains("labels[0]"), error);
+  std::vector<double> bad = losses;
+  bad[7] = -1.0;
+  CHECK_THROWS_WITH_AS((void)tier_predictor::train(feats, bad, 3), doctest::Contains("losses[7]"), error);
+  CHECK_THROWS_WITH_AS((void)tier_predictor::train(feats, losses, 4), doctest::Contains("losses.size()"), error);
   const std::vector<float> nan_x{1.0F, std::numeric_limits<float>::quiet_NaN()};
   float f[token_feature_count];
   CHECK_THROWS_WITH_AS(token_features(nan_x, f, scratch), doctest::Contains("x[1]"), error);

@@ -56,7 +56,8 @@ struct calibrated_layer {
   std::vector<std::size_t> tier_m;
   std::vector<std::vector<std::uint32_t>> bases;
   std::optional<tier_predictor> predictor;  // set when the tier is predicted per token
-  double confidence = 0.5;
+  double tier_budget = 0.0;
+  bool with_base = false;
   double refine = 1.0;
   std::vector<float> down_norms;
   std::vector<float> factor_a, factor_u;  // the gate predictor, when predict_gate
@@ -65,10 +66,8 @@ struct calibrated_layer {
 
   [[nodiscard]] calibrated_selector with_tier(std::size_t t_index) const {
     calibrated_selector s{rule, k, t, 1, {}};
-    if (rule == neuron_rule::tier) {
-      s.m = tier_m[t_index];
-      s.base = bases[t_index];
-    }
+    if (rule == neuron_rule::tier) s.m = tier_m[t_index];
+    if (rule == neuron_rule::tier || with_base) s.base = bases[t_index];
     return s;
   }
 };
@@ -87,14 +86,39 @@ class calibrated_schedule {
 
   calibrated_schedule() = default;
 
-  // The settings of budget `budget` of `data` (validated again here). tier_confidence: how sure
-  // the tier predictor must be to pick a sparser tier (tier_predictor::predict).
-  calibrated_schedule(const calibration_data& data, std::string_view budget, double tier_confidence = 0.5) {
+  // The settings of budget `budget` of `data` (validated again here).
+  calibrated_schedule(const calibration_data& data, std::string_view budget)
+      : calibrated_schedule(data, data.budget(budget), true) {}
+
+  // The settings of a budget that is not (yet) in data's list, e.g. one a search is trying; it
+  // must fit data's layers (validated with them).
+  calibrated_schedule(const calibration_data& data, const budget_entry& b) : calibrated_schedule(data, b, false) {}
+
+  [[nodiscard]] value_type at(std::size_t layer) const {
+    const std::size_t n = layers_ ? layers_->size() : 0;
+    if (layer >= n) {
+      detail::fail("calibrated_schedule::at", "layer", layer,
+                   "a layer below " + std::to_string(n) + " (the file's layers)");
+    }
+    const detail::calibrated_layer& l = (*layers_)[layer];
+    return {l.dense, &l};
+  }
+
+  [[nodiscard]] std::size_t layers() const noexcept { return layers_ ? layers_->size() : 0; }
+
+  friend bool operator==(const calibrated_schedule& a, const calibrated_schedule& b) noexcept {
+    return a.layers_ == b.layers_;
+  }
+
+ private:
+  calibrated_schedule(const calibration_data& data, const budget_entry& b, bool listed) {
     constexpr std::string_view where = "calibrated_schedule";
-    data.validate_data(where);
-    detail::require(tier_confidence > 0.0 && tier_confidence <= 1.0, where, "tier_confidence", tier_confidence,
-                    "a probability in (0, 1]");
-    const budget_entry& b = data.budget(budget);
+    if (listed) {
+      data.validate_data(where);
+    } else {
+      data.validate_layers(where);
+      data.validate_budget(b, where, "budget");
+    }
     if (b.layers.empty()) {
       detail::fail(where, "budget", b.name, "a budget with neuron settings (this one is input-sparse only)");
     }
@@ -116,7 +140,8 @@ class calibrated_schedule {
         out.bases.push_back(t.base);
       }
       if (s.predict_tier) out.predictor = tier_predictor::from_parameters(*c.tier_predictor);
-      out.confidence = tier_confidence;
+      out.tier_budget = s.tier_budget;
+      out.with_base = s.with_base;
       out.refine = s.refine;
       out.down_norms = c.down_norms;
       out.predict_gate = s.predict_gate;
@@ -132,23 +157,6 @@ class calibrated_schedule {
     layers_ = std::move(layers);
   }
 
-  [[nodiscard]] value_type at(std::size_t layer) const {
-    const std::size_t n = layers_ ? layers_->size() : 0;
-    if (layer >= n) {
-      detail::fail("calibrated_schedule::at", "layer", layer,
-                   "a layer below " + std::to_string(n) + " (the file's layers)");
-    }
-    const detail::calibrated_layer& l = (*layers_)[layer];
-    return {l.dense, &l};
-  }
-
-  [[nodiscard]] std::size_t layers() const noexcept { return layers_ ? layers_->size() : 0; }
-
-  friend bool operator==(const calibrated_schedule& a, const calibrated_schedule& b) noexcept {
-    return a.layers_ == b.layers_;
-  }
-
- private:
   std::shared_ptr<const std::vector<detail::calibrated_layer>> layers_;
 };
 
@@ -166,7 +174,7 @@ ACTSPARSE_REQUIRE_LAYER_SCHEDULE(calibrated_schedule);
   if (!l.predictor) return l.with_tier(l.tier);
   std::vector<float> local;
   std::vector<float>& scratch = in.scratch != nullptr ? *in.scratch : local;
-  return l.with_tier(l.predictor->predict_from_input(in.x, l.tier, scratch, l.confidence));
+  return l.with_tier(l.predictor->predict_from_input(in.x, l.tier, l.tier_budget, scratch));
 }
 
 [[nodiscard]] inline const weight_aware_gate& configure_scorer(const weight_aware_gate& /*base*/,

@@ -135,6 +135,8 @@ struct layer_budget {
   float threshold = 0.0F;       // the threshold rule's t (finite)
   std::size_t tier = 0;         // the tier rule's tier index (with predict_tier: the cap)
   bool predict_tier = false;    // the tier predictor picks a tier <= tier per token
+  double tier_budget = 0.0;     // its per-token loss budget (a KL)
+  bool with_base = false;       // top_k / threshold: also keep tier `tier`'s base set
   double refine = 1.0;          // the second stage keeps this share of the first stage's neurons
   bool predict_gate = false;    // the gate predictor chooses the first stage; the gate is read for it only
   double bytes_fraction = 1.0;  // measured on the calibration sample
@@ -217,9 +219,18 @@ struct calibration_data {
       o["tiers"] = ts;
       if (l.tier_predictor) {
         const tier_predictor_parameters& p = *l.tier_predictor;
-        o["tier_predictor"] = {{"hidden", p.hidden},       {"classes", p.classes}, {"mean", floats(p.mean)},
-                               {"scale", floats(p.scale)}, {"w1", floats(p.w1)},   {"b1", floats(p.b1)},
-                               {"w2", floats(p.w2)},       {"b2", floats(p.b2)}};
+        nlohmann::ordered_json t;
+        t["hidden"] = p.hidden;
+        t["tiers"] = p.tiers;
+        t["mean"] = floats(p.mean);
+        t["scale"] = floats(p.scale);
+        t["w1"] = floats(p.w1);
+        t["b1"] = floats(p.b1);
+        t["w2"] = floats(p.w2);
+        t["b2"] = floats(p.b2);
+        t["out_mean"] = floats(p.out_mean);
+        t["out_scale"] = floats(p.out_scale);
+        o["tier_predictor"] = std::move(t);
       } else {
         o["tier_predictor"] = nullptr;
       }
@@ -248,6 +259,10 @@ struct calibration_data {
                       {"threshold", shortest(s.threshold)},
                       {"tier", s.tier},
                       {"predict_tier", s.predict_tier},
+                      {"tier_budget", s.tier_budget},
+                      {"with_base", s.with_base},
+                      {"tier_budget", s.tier_budget},
+                      {"with_base", s.with_base},
                       {"refine", s.refine},
                       {"predict_gate", s.predict_gate},
                       {"bytes_fraction", s.bytes_fraction}});
@@ -350,6 +365,19 @@ struct calibration_data {
 
   // The consistency checks of parse on data built in memory (to_json runs them too).
   void validate_data(std::string_view where) const {
+    validate_layers(where);
+    for (std::size_t b = 0; b < budgets.size(); ++b) {
+      const std::string at = "budgets[" + std::to_string(b) + "]";
+      for (std::size_t o = 0; o < b; ++o) {
+        if (budgets[o].name == budgets[b].name)
+          detail::fail(where, at + ".name", budgets[b].name, "a name no other budget has");
+      }
+      validate_budget(budgets[b], where, at);
+    }
+  }
+
+  // The model's and the layers' part of validate_data.
+  void validate_layers(std::string_view where) const {
     const std::size_t d_ff = model.d_ff;
     detail::require(layers.size() == model.layers, where, "layers.size()", layers.size(),
                     "model.layers = " + std::to_string(model.layers));
@@ -377,9 +405,9 @@ struct calibration_data {
         } catch (const error& e) {
           detail::fail_described(where, at + ".tier_predictor." + e.argument(), e.value(), e.expected());
         }
-        if (c.tier_predictor->classes != c.tiers.size()) {
-          detail::fail(where, at + ".tier_predictor.classes", c.tier_predictor->classes,
-                       "one class per tier: " + std::to_string(c.tiers.size()));
+        if (c.tier_predictor->tiers != c.tiers.size()) {
+          detail::fail(where, at + ".tier_predictor.tiers", c.tier_predictor->tiers,
+                       "the layer's tier count, " + std::to_string(c.tiers.size()));
         }
       }
       if (c.gate_predictor) {
@@ -390,13 +418,12 @@ struct calibration_data {
         detail::require_finite_values(g.u, d_ff * g.rank, where, at + ".gate_predictor.u", false);
       }
     }
-    for (std::size_t b = 0; b < budgets.size(); ++b) {
-      const std::string at = "budgets[" + std::to_string(b) + "]";
-      const budget_entry& e = budgets[b];
+  }
+
+  // One budget against the model and layers (`at` names it in errors).
+  void validate_budget(const budget_entry& e, std::string_view where, const std::string& at) const {
+    {
       detail::require(!e.name.empty(), where, at + ".name", "", "a non-empty name");
-      for (std::size_t o = 0; o < b; ++o) {
-        if (budgets[o].name == e.name) detail::fail(where, at + ".name", e.name, "a name no other budget has");
-      }
       check_fraction(e.target_bytes, where, at + ".target_bytes");
       check_fraction(e.bytes_fraction, where, at + ".bytes_fraction");
       detail::require(e.kl >= 0.0 && std::isfinite(e.kl), where, at + ".kl", e.kl, "a finite KL >= 0");
@@ -423,13 +450,19 @@ struct calibration_data {
         detail::require(s.refine > 0.0 && s.refine <= 1.0, where, lat + ".refine", s.refine, "a share in (0, 1]");
         detail::require(std::isfinite(s.threshold), where, lat + ".threshold", s.threshold, "a finite threshold");
         check_fraction(s.bytes_fraction, where, lat + ".bytes_fraction");
-        if (s.rule == neuron_rule::tier || s.predict_tier) {
+        if (s.rule == neuron_rule::tier || s.predict_tier || s.with_base) {
           detail::require(s.tier < c.tiers.size(), where, lat + ".tier", s.tier,
                           "a tier index below the layer's " + std::to_string(c.tiers.size()) + " tiers");
         }
         if (s.predict_tier) {
           detail::require(s.rule == neuron_rule::tier && c.tier_predictor.has_value(), where, lat + ".predict_tier",
                           true, "the tier rule and a layer with a tier_predictor");
+        }
+        detail::require(s.tier_budget >= 0.0 && std::isfinite(s.tier_budget), where, lat + ".tier_budget",
+                        s.tier_budget, "a finite loss >= 0");
+        if (s.with_base) {
+          detail::require(s.rule == neuron_rule::top_k || s.rule == neuron_rule::threshold, where, lat + ".with_base",
+                          true, "the top_k or threshold rule (the tier rule always keeps its base)");
         }
         if (s.predict_gate) {
           detail::require(c.gate_predictor.has_value(), where, lat + ".predict_gate", true,
@@ -570,16 +603,18 @@ struct calibration_data {
       const nlohmann::json& tp = at(o, "tier_predictor", path);
       if (!tp.is_null()) {
         const std::string p = path + ".tier_predictor";
-        keys(tp, p, {"hidden", "classes", "mean", "scale", "w1", "b1", "w2", "b2"});
+        keys(tp, p, {"hidden", "tiers", "mean", "scale", "w1", "b1", "w2", "b2", "out_mean", "out_scale"});
         tier_predictor_parameters q;
         q.hidden = size(tp, p + ".hidden", "hidden", 1, 4096);
-        q.classes = size(tp, p + ".classes", "classes", 1, 256);
+        q.tiers = size(tp, p + ".tiers", "tiers", 1, 256);
         q.mean = floats(tp, "mean", p + ".mean");
         q.scale = floats(tp, "scale", p + ".scale");
         q.w1 = floats(tp, "w1", p + ".w1");
         q.b1 = floats(tp, "b1", p + ".b1");
         q.w2 = floats(tp, "w2", p + ".w2");
         q.b2 = floats(tp, "b2", p + ".b2");
+        q.out_mean = floats(tp, "out_mean", p + ".out_mean");
+        q.out_scale = floats(tp, "out_scale", p + ".out_scale");
         c.tier_predictor = std::move(q);
       }
       const nlohmann::json& gp = at(o, "gate_predictor", path);
@@ -606,9 +641,9 @@ struct calibration_data {
       const nlohmann::json& ls = array(o, "layers", path + ".layers");
       for (std::size_t l = 0; l < ls.size(); ++l) {
         const std::string p = path + ".layers[" + std::to_string(l) + "]";
-        keys(
-            ls[l], p,
-            {"dense", "rule", "keep", "threshold", "tier", "predict_tier", "refine", "predict_gate", "bytes_fraction"});
+        keys(ls[l], p,
+             {"dense", "rule", "keep", "threshold", "tier", "predict_tier", "tier_budget", "with_base", "refine",
+              "predict_gate", "bytes_fraction"});
         layer_budget s;
         s.dense = boolean(ls[l], "dense", p + ".dense");
         const std::string rule = string(ls[l], "rule", p + ".rule");
@@ -629,6 +664,10 @@ struct calibration_data {
         s.threshold = static_cast<float>(t);
         s.tier = size(ls[l], p + ".tier", "tier", 0, 255);
         s.predict_tier = boolean(ls[l], "predict_tier", p + ".predict_tier");
+        s.tier_budget = number(ls[l], "tier_budget", p + ".tier_budget");
+        s.with_base = boolean(ls[l], "with_base", p + ".with_base");
+        s.tier_budget = number(ls[l], "tier_budget", p + ".tier_budget");
+        s.with_base = boolean(ls[l], "with_base", p + ".with_base");
         s.refine = number(ls[l], "refine", p + ".refine");
         s.predict_gate = boolean(ls[l], "predict_gate", p + ".predict_gate");
         s.bytes_fraction = number(ls[l], "bytes_fraction", p + ".bytes_fraction");

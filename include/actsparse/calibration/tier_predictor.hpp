@@ -1,9 +1,12 @@
 #pragma once
 // A per-token tier predictor (WiSparse): a tiny two-layer MLP that maps cheap statistics of the
-// FFN input x to a tier, so easy tokens read fewer rows and hard ones more. It is trained at
-// calibration time on labels from tier_labels (the highest tier a token could take within the
-// layer's budget), in plain C++: Adam on the cross-entropy, a fixed seed, a fixed order, so the
-// same data gives the same weights on every platform. No training framework.
+// FFN input x to a tier, so easy tokens read fewer rows and hard ones more. It predicts, for
+// every tier, the token's quality loss (the log of its KL when the layer runs at that tier), and
+// picks the highest tier whose predicted loss is within the layer's per-token budget, at most the
+// cap: one predictor serves every budget (the budget is a number, not a retraining). It is
+// trained at calibration time on the measured per-token losses, in plain C++: Adam on the mean
+// squared error, a fixed seed, a fixed order, so the same data gives the same weights on every
+// platform. No training framework.
 //
 // Features (token_features): mean, standard deviation, mean |x|, the 50% / 90% quantiles and the
 // maximum of |x|, the share of near-zero entries (|x| < 0.1 rms) and the normalised fourth
@@ -70,20 +73,26 @@ inline void token_features(std::span<const float> x, std::span<float> out, std::
 
 struct tier_predictor_options {
   std::size_t hidden = 32;
-  std::size_t epochs = 60;
+  std::size_t epochs = 40;
   std::size_t batch = 64;
   double learning_rate = 3e-3;
   std::uint64_t seed = 0x5eed;
 };
 
+// The floor of the losses the predictor learns: log(kl + loss_floor), so a loss of 0 is finite.
+inline constexpr double tier_loss_floor = 1e-6;
+
 // The predictor's parameters: features are standardised ((f - mean) / scale), then
-// h = relu(w1 f + b1) (hidden), logits = w2 h + b2 (classes). Row-major weights.
+// h = relu(w1 f + b1) (hidden), o = w2 h + b2 (one output per tier), and the predicted log loss
+// of tier t is o_t · out_scale_t + out_mean_t. Row-major weights. Tier 0 (keep all) is never
+// predicted: its loss is 0.
 struct tier_predictor_parameters {
   std::size_t hidden = 0;
-  std::size_t classes = 0;
-  std::vector<float> mean, scale;  // token_feature_count each
-  std::vector<float> w1, b1;       // hidden x features, hidden
-  std::vector<float> w2, b2;       // classes x hidden, classes
+  std::size_t tiers = 0;
+  std::vector<float> mean, scale;          // token_feature_count each
+  std::vector<float> w1, b1;               // hidden x features, hidden
+  std::vector<float> w2, b2;               // tiers x hidden, tiers
+  std::vector<float> out_mean, out_scale;  // tiers each
   friend bool operator==(const tier_predictor_parameters&, const tier_predictor_parameters&) = default;
 };
 
@@ -91,62 +100,65 @@ class tier_predictor {
  public:
   tier_predictor() = default;
 
-  // Checks every size and value (finite, scale > 0); the error names the field.
+  // Checks every size and value (finite, scales > 0); the error names the field.
   static tier_predictor from_parameters(tier_predictor_parameters p) {
     constexpr std::string_view where = "tier_predictor::from_parameters";
     constexpr std::size_t f = token_feature_count;
     detail::require(p.hidden >= 1 && p.hidden <= 4096, where, "hidden", p.hidden, "1 .. 4096 hidden units");
-    detail::require(p.classes >= 1 && p.classes <= 256, where, "classes", p.classes, "1 .. 256 classes (tiers)");
+    detail::require(p.tiers >= 1 && p.tiers <= 256, where, "tiers", p.tiers, "1 .. 256 tiers");
     detail::require_finite_values(p.mean, f, where, "mean");
     detail::require_finite_values(p.scale, f, where, "scale");
+    detail::require_finite_values(p.w1, p.hidden * f, where, "w1");
+    detail::require_finite_values(p.b1, p.hidden, where, "b1");
+    detail::require_finite_values(p.w2, p.tiers * p.hidden, where, "w2");
+    detail::require_finite_values(p.b2, p.tiers, where, "b2");
+    detail::require_finite_values(p.out_mean, p.tiers, where, "out_mean");
+    detail::require_finite_values(p.out_scale, p.tiers, where, "out_scale");
     for (std::size_t i = 0; i < f; ++i) {
       detail::require(p.scale[i] > 0.0F, where, "scale[" + std::to_string(i) + "]", p.scale[i], "a scale > 0");
     }
-    detail::require_finite_values(p.w1, p.hidden * f, where, "w1");
-    detail::require_finite_values(p.b1, p.hidden, where, "b1");
-    detail::require_finite_values(p.w2, p.classes * p.hidden, where, "w2");
-    detail::require_finite_values(p.b2, p.classes, where, "b2");
+    for (std::size_t i = 0; i < p.tiers; ++i) {
+      detail::require(p.out_scale[i] > 0.0F, where, "out_scale[" + std::to_string(i) + "]", p.out_scale[i],
+                      "a scale > 0");
+    }
     tier_predictor t;
     t.p_ = std::move(p);
     return t;
   }
 
-  // Trains on features [n x token_feature_count] (row-major) and labels in [0, classes).
-  static tier_predictor train(std::span<const float> features, std::span<const std::uint8_t> labels,
-                              std::size_t classes, const tier_predictor_options& o = {}) {
+  // Trains on features [n x token_feature_count] and losses [n x tiers] (row-major; the KL of
+  // token i when the layer runs at tier t, finite and >= 0; column 0 is not learned).
+  static tier_predictor train(std::span<const float> features, std::span<const double> losses, std::size_t tiers,
+                              const tier_predictor_options& o = {}) {
     constexpr std::string_view where = "tier_predictor::train";
     constexpr std::size_t f = token_feature_count;
-    const std::size_t n = labels.size();
-    detail::require(n >= 1, where, "labels.size()", n, "at least one training token");
-    detail::require(features.size() == n * f, where, "features.size()", features.size(),
-                    "labels.size() x token_feature_count = " + std::to_string(n * f));
-    detail::require(classes >= 1 && classes <= 256, where, "classes", classes, "1 .. 256 classes");
+    detail::require(tiers >= 1 && tiers <= 256, where, "tiers", tiers, "1 .. 256 tiers");
+    detail::require(!features.empty() && features.size() % f == 0, where, "features.size()", features.size(),
+                    "a positive multiple of token_feature_count (tokens x features)");
+    const std::size_t n = features.size() / f;
+    detail::require(losses.size() == n * tiers, where, "losses.size()", losses.size(),
+                    "tokens x tiers = " + std::to_string(n * tiers));
     detail::require(o.hidden >= 1 && o.hidden <= 4096, where, "options.hidden", o.hidden, "1 .. 4096");
     detail::require(o.batch >= 1, where, "options.batch", o.batch, "at least 1");
     detail::require(o.learning_rate > 0.0 && std::isfinite(o.learning_rate), where, "options.learning_rate",
                     o.learning_rate, "a finite rate > 0");
-    for (std::size_t i = 0; i < n; ++i) {
-      detail::require(labels[i] < classes, where, "labels[" + std::to_string(i) + "]", int{labels[i]},
-                      "a class below " + std::to_string(classes));
-    }
     for (std::size_t i = 0; i < features.size(); ++i) {
-      if (!std::isfinite(features[i]))
+      if (!std::isfinite(features[i])) {
         detail::fail(where, "features[" + std::to_string(i) + "]", features[i], "a finite value");
+      }
+    }
+    for (std::size_t i = 0; i < losses.size(); ++i) {
+      if (!(losses[i] >= 0.0) || std::isinf(losses[i])) {
+        detail::fail(where, "losses[" + std::to_string(i) + "]", losses[i], "a finite loss >= 0");
+      }
     }
     tier_predictor_parameters p;
     p.hidden = o.hidden;
-    p.classes = classes;
-    p.mean.assign(f, 0.0F);
-    p.scale.assign(f, 1.0F);
-    for (std::size_t k = 0; k < f; ++k) {
-      double s = 0.0, s2 = 0.0;
-      for (std::size_t i = 0; i < n; ++i) s += features[i * f + k];
-      const double m = s / static_cast<double>(n);
-      for (std::size_t i = 0; i < n; ++i) s2 += (features[i * f + k] - m) * (features[i * f + k] - m);
-      const double sd = std::sqrt(s2 / static_cast<double>(n));
-      p.mean[k] = static_cast<float>(m);
-      p.scale[k] = sd > 1e-12 ? static_cast<float>(sd) : 1.0F;
-    }
+    p.tiers = tiers;
+    std::vector<double> target(n * tiers);
+    for (std::size_t i = 0; i < target.size(); ++i) target[i] = std::log(losses[i] + tier_loss_floor);
+    standardise(features, n, f, p.mean, p.scale);
+    standardise(target, n, tiers, p.out_mean, p.out_scale);
     std::uint64_t rng = o.seed;
     const auto uniform = [&rng] {  // splitmix64 -> [-1, 1)
       std::uint64_t z = (rng += 0x9e3779b97f4a7c15ULL);
@@ -156,11 +168,11 @@ class tier_predictor {
       return static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0;
     };
     const double r1 = std::sqrt(6.0 / static_cast<double>(f + o.hidden));
-    const double r2 = std::sqrt(6.0 / static_cast<double>(o.hidden + classes));
+    const double r2 = std::sqrt(6.0 / static_cast<double>(o.hidden + tiers));
     p.w1.resize(o.hidden * f);
     p.b1.assign(o.hidden, 0.0F);
-    p.w2.resize(classes * o.hidden);
-    p.b2.assign(classes, 0.0F);
+    p.w2.resize(tiers * o.hidden);
+    p.b2.assign(tiers, 0.0F);
     for (float& w : p.w1) w = static_cast<float>(r1 * uniform());
     for (float& w : p.w2) w = static_cast<float>(r2 * uniform());
 
@@ -172,8 +184,8 @@ class tier_predictor {
     std::vector<double> grad(params.size()), m1(params.size(), 0.0), m2(params.size(), 0.0);
     std::vector<std::size_t> order(n);
     std::iota(order.begin(), order.end(), std::size_t{0});
-    std::vector<double> z(f), h(o.hidden), logits(classes), dlog(classes), dh(o.hidden);
-    const std::size_t w1_at = 0, b1_at = p.w1.size(), w2_at = b1_at + p.b1.size(), b2_at = w2_at + p.w2.size();
+    std::vector<double> z(f), h(o.hidden), out(tiers), dout(tiers), dh(o.hidden);
+    const std::size_t b1_at = p.w1.size(), w2_at = b1_at + p.b1.size(), b2_at = w2_at + p.w2.size();
     std::size_t step = 0;
     for (std::size_t epoch = 0; epoch < o.epochs; ++epoch) {
       for (std::size_t i = n; i > 1; --i) {  // Fisher-Yates with the fixed-seed generator
@@ -186,21 +198,21 @@ class tier_predictor {
         for (std::size_t s = b; s < e; ++s) {
           const std::size_t i = order[s];
           for (std::size_t k = 0; k < f; ++k) z[k] = (features[i * f + k] - p.mean[k]) / p.scale[k];
-          forward(p, z, h, logits);
-          softmax(logits);
-          for (std::size_t c = 0; c < classes; ++c) dlog[c] = logits[c] - (c == labels[i] ? 1.0 : 0.0);
+          forward(p, z, h, out);
           std::fill(dh.begin(), dh.end(), 0.0);
-          for (std::size_t c = 0; c < classes; ++c) {
-            grad[b2_at + c] += dlog[c];
+          for (std::size_t t = 1; t < tiers; ++t) {  // tier 0's loss is 0 by definition
+            const double want = (target[i * tiers + t] - p.out_mean[t]) / p.out_scale[t];
+            dout[t] = out[t] - want;
+            grad[b2_at + t] += dout[t];
             for (std::size_t u = 0; u < o.hidden; ++u) {
-              grad[w2_at + c * o.hidden + u] += dlog[c] * h[u];
-              dh[u] += dlog[c] * p.w2[c * o.hidden + u];
+              grad[w2_at + t * o.hidden + u] += dout[t] * h[u];
+              dh[u] += dout[t] * p.w2[t * o.hidden + u];
             }
           }
           for (std::size_t u = 0; u < o.hidden; ++u) {
             if (h[u] <= 0.0) continue;  // relu
             grad[b1_at + u] += dh[u];
-            for (std::size_t k = 0; k < f; ++k) grad[w1_at + u * f + k] += dh[u] * z[k];
+            for (std::size_t k = 0; k < f; ++k) grad[u * f + k] += dh[u] * z[k];
           }
         }
         ++step;
@@ -218,72 +230,88 @@ class tier_predictor {
     return from_parameters(std::move(p));
   }
 
-  // The class probabilities of one token's features.
-  void probabilities(std::span<const float> features, std::span<double> out) const {
-    constexpr std::string_view where = "tier_predictor::probabilities";
-    detail::require(p_.classes >= 1, where, "predictor", "empty", "a trained predictor (train or from_parameters)");
+  // The predicted log(loss + tier_loss_floor) of every tier (out: tiers values; out[0] is the
+  // floor's log, tier 0 keeps everything).
+  void predicted_losses(std::span<const float> features, std::span<double> out) const {
+    constexpr std::string_view where = "tier_predictor::predicted_losses";
+    detail::require(p_.tiers >= 1, where, "predictor", "empty", "a trained predictor (train or from_parameters)");
     detail::require(features.size() == token_feature_count, where, "features.size()", features.size(),
                     "token_feature_count");
-    detail::require(out.size() == p_.classes, where, "out.size()", out.size(), "classes");
+    detail::require(out.size() == p_.tiers, where, "out.size()", out.size(), "tiers");
     double z[token_feature_count];
     for (std::size_t k = 0; k < token_feature_count; ++k) z[k] = (features[k] - p_.mean[k]) / p_.scale[k];
-    thread_local std::vector<double> h;
-    thread_local std::vector<double> logits;
-    h.resize(p_.hidden);
-    logits.resize(p_.classes);
-    forward(p_, std::span<const double>(z, token_feature_count), h, logits);
-    softmax(logits);
-    std::copy(logits.begin(), logits.end(), out.begin());
+    double h[4096];
+    forward(p_, std::span<const double>(z, token_feature_count), std::span<double>(h, p_.hidden), out);
+    for (std::size_t t = 0; t < p_.tiers; ++t) out[t] = out[t] * p_.out_scale[t] + p_.out_mean[t];
+    out[0] = std::log(tier_loss_floor);
   }
 
-  // The predicted class: the highest c with P(label >= c) >= confidence (0.5: the median of
-  // the predicted distribution; higher is more conservative), at most cap.
-  [[nodiscard]] std::size_t predict(std::span<const float> features, std::size_t cap, double confidence = 0.5) const {
-    double prob[256];
-    probabilities(features, std::span<double>(prob, p_.classes));
-    double tail = 0.0;
-    for (std::size_t c = p_.classes; c-- > 1;) {
-      tail += prob[c];
-      if (tail >= confidence) return std::min(c, cap);
+  // The highest tier t <= cap whose predicted loss is at most budget (0 when none is).
+  [[nodiscard]] std::size_t predict(std::span<const float> features, std::size_t cap, double budget) const {
+    double losses[256];
+    predicted_losses(features, std::span<double>(losses, p_.tiers));
+    const double limit = std::log(budget + tier_loss_floor);
+    for (std::size_t t = std::min(cap, p_.tiers - 1); t > 0; --t) {
+      if (losses[t] <= limit) return t;
     }
     return 0;
   }
 
   // From the input x itself (token_features on scratch).
-  [[nodiscard]] std::size_t predict_from_input(std::span<const float> x, std::size_t cap, std::vector<float>& scratch,
-                                               double confidence = 0.5) const {
+  [[nodiscard]] std::size_t predict_from_input(std::span<const float> x, std::size_t cap, double budget,
+                                               std::vector<float>& scratch) const {
     float feats[token_feature_count];
     token_features(x, std::span<float>(feats, token_feature_count), scratch);
-    return predict(std::span<const float>(feats, token_feature_count), cap, confidence);
+    return predict(std::span<const float>(feats, token_feature_count), cap, budget);
   }
 
   [[nodiscard]] const tier_predictor_parameters& parameters() const noexcept { return p_; }
-  [[nodiscard]] std::size_t classes() const noexcept { return p_.classes; }
+  [[nodiscard]] std::size_t tiers() const noexcept { return p_.tiers; }
   [[nodiscard]] std::size_t parameter_count() const noexcept {
-    return p_.w1.size() + p_.b1.size() + p_.w2.size() + p_.b2.size() + p_.mean.size() + p_.scale.size();
+    return p_.w1.size() + p_.b1.size() + p_.w2.size() + p_.b2.size() + p_.mean.size() + p_.scale.size() +
+           p_.out_mean.size() + p_.out_scale.size();
   }
   friend bool operator==(const tier_predictor&, const tier_predictor&) = default;
 
  private:
+  // Column means and standard deviations (1 where a column is constant) of an n x k matrix.
+  template <class T>
+  static void standardise(std::span<const T> v, std::size_t n, std::size_t k, std::vector<float>& mean,
+                          std::vector<float>& scale) {
+    mean.assign(k, 0.0F);
+    scale.assign(k, 1.0F);
+    for (std::size_t c = 0; c < k; ++c) {
+      double s = 0.0, s2 = 0.0;
+      for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(v[i * k + c]);
+      const double m = s / static_cast<double>(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const double d = static_cast<double>(v[i * k + c]) - m;
+        s2 += d * d;
+      }
+      const double sd = std::sqrt(s2 / static_cast<double>(n));
+      mean[c] = static_cast<float>(m);
+      scale[c] = sd > 1e-12 ? static_cast<float>(sd) : 1.0F;
+    }
+  }
+  template <class T>
+  static void standardise(const std::vector<T>& v, std::size_t n, std::size_t k, std::vector<float>& mean,
+                          std::vector<float>& scale) {
+    standardise(std::span<const T>(v), n, k, mean, scale);
+  }
+
   static void forward(const tier_predictor_parameters& p, std::span<const double> z, std::span<double> h,
-                      std::span<double> logits) {
+                      std::span<double> out) {
     constexpr std::size_t f = token_feature_count;
     for (std::size_t u = 0; u < p.hidden; ++u) {
       double a = p.b1[u];
       for (std::size_t k = 0; k < f; ++k) a += static_cast<double>(p.w1[u * f + k]) * z[k];
       h[u] = a > 0.0 ? a : 0.0;
     }
-    for (std::size_t c = 0; c < p.classes; ++c) {
-      double a = p.b2[c];
-      for (std::size_t u = 0; u < p.hidden; ++u) a += static_cast<double>(p.w2[c * p.hidden + u]) * h[u];
-      logits[c] = a;
+    for (std::size_t t = 0; t < p.tiers; ++t) {
+      double a = p.b2[t];
+      for (std::size_t u = 0; u < p.hidden; ++u) a += static_cast<double>(p.w2[t * p.hidden + u]) * h[u];
+      out[t] = a;
     }
-  }
-  static void softmax(std::span<double> v) {
-    const double mx = *std::max_element(v.begin(), v.end());
-    double s = 0.0;
-    for (double& x : v) s += (x = std::exp(x - mx));
-    for (double& x : v) x /= s;
   }
 
   tier_predictor_parameters p_;
