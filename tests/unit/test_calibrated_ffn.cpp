@@ -90,9 +90,9 @@ calibration_data make_data(const model& m, std::mt19937& rng) {
     p.out_mean = {-10.0F, -6.0F, -4.0F};
     p.out_scale = {1.0F, 2.0F, 2.0F};
     c.tier_predictor = p;
-    c.gate_predictor = gate_predictor_data{m.predictors[l].rank(),
-                                           {m.predictors[l].a().begin(), m.predictors[l].a().end()},
-                                           {m.predictors[l].u().begin(), m.predictors[l].u().end()}};
+    c.gate_predictors.push_back({m.predictors[l].rank(),
+                                 {m.predictors[l].a().begin(), m.predictors[l].a().end()},
+                                 {m.predictors[l].u().begin(), m.predictors[l].u().end()}});
     d.layers.push_back(std::move(c));
   }
   const auto add = [&](std::string name, layer_budget s) {
@@ -123,12 +123,12 @@ calibration_data make_data(const model& m, std::mt19937& rng) {
   }());
   add("predicted", [] {
     layer_budget s = setting(neuron_rule::top_k, 0.5);
-    s.predict_gate = true;
+    s.gate_rank = 12;
     return s;
   }());
   add("predicted+refine", [] {
     layer_budget s = setting(neuron_rule::top_k, 0.6, 0.7);
-    s.predict_gate = true;
+    s.gate_rank = 12;
     return s;
   }());
   d.budgets.back().layers[1].dense = true;
@@ -233,7 +233,8 @@ TEST_CASE("calibration file: every malformed field is a clear error naming it") 
   fails(replaced(text, "\"hidden\": 4", "\"hidden\": 5"), "tier_predictor.w1");
   fails(replaced(text, "\"tier_budget\": 0.001", "\"tier_budget\": -1"), "budgets[5].layers[0].tier_budget");
   fails(replaced(text, "\"with_base\": false", "\"with_base\": true"), "budgets[0].layers[0].with_base");
-  fails(replaced(text, "\"rank\": 12", "\"rank\": 11"), "gate_predictor.a");
+  fails(replaced(text, "\"rank\": 12", "\"rank\": 11"), "gate_predictors[0].a");
+  fails(replaced(text, "\"gate_rank\": 12", "\"gate_rank\": 11"), "budgets[6].layers[0].gate_rank");
   fails(replaced(text, "\"score_weights\": [", "\"score_weights\": [-1,"), "layers[0].score_weights");
   // A permutation that is one loads; one with a repeated entry does not.
   calibration_data p = d;

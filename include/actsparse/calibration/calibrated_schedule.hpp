@@ -144,9 +144,9 @@ class calibrated_schedule {
       out.with_base = s.with_base;
       out.refine = s.refine;
       out.down_norms = c.down_norms;
-      out.predict_gate = s.predict_gate;
-      if (s.predict_gate) {
-        const gate_predictor_data& g = *c.gate_predictor;
+      out.predict_gate = s.gate_rank != 0;
+      if (out.predict_gate) {
+        const gate_predictor_data& g = *c.gate_predictor_of(s.gate_rank);
         out.factor_a = g.a;
         out.factor_u = g.u;
         out.factors = {weight_view(out.factor_a.data(), dtype::f32, g.rank, data.model.d_model,

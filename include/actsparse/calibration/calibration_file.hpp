@@ -123,7 +123,15 @@ struct layer_calibration {
   std::vector<std::uint32_t> permutation;  // order[i] = original neuron of neuron i; empty: none
   std::vector<tier_entry> tiers;           // increasing m; may be empty
   std::optional<tier_predictor_parameters> tier_predictor;
-  std::optional<gate_predictor_data> gate_predictor;
+  std::vector<gate_predictor_data> gate_predictors;  // of different ranks, increasing
+
+  // The gate predictor of this rank, or null.
+  [[nodiscard]] const gate_predictor_data* gate_predictor_of(std::size_t rank) const noexcept {
+    for (const gate_predictor_data& g : gate_predictors) {
+      if (g.rank == rank) return &g;
+    }
+    return nullptr;
+  }
   friend bool operator==(const layer_calibration&, const layer_calibration&) = default;
 };
 
@@ -138,7 +146,7 @@ struct layer_budget {
   double tier_budget = 0.0;     // its per-token loss budget (a KL)
   bool with_base = false;       // top_k / threshold: also keep tier `tier`'s base set
   double refine = 1.0;          // the second stage keeps this share of the first stage's neurons
-  bool predict_gate = false;    // the gate predictor chooses the first stage; the gate is read for it only
+  std::size_t gate_rank = 0;    // > 0: the gate predictor of this rank picks the first stage (gate read for it only)
   double bytes_fraction = 1.0;  // measured on the calibration sample
   friend bool operator==(const layer_budget&, const layer_budget&) = default;
 };
@@ -234,12 +242,11 @@ struct calibration_data {
       } else {
         o["tier_predictor"] = nullptr;
       }
-      if (l.gate_predictor) {
-        o["gate_predictor"] = {
-            {"rank", l.gate_predictor->rank}, {"a", floats(l.gate_predictor->a)}, {"u", floats(l.gate_predictor->u)}};
-      } else {
-        o["gate_predictor"] = nullptr;
+      nlohmann::ordered_json gs = nlohmann::ordered_json::array();
+      for (const gate_predictor_data& g : l.gate_predictors) {
+        gs.push_back({{"rank", g.rank}, {"a", floats(g.a)}, {"u", floats(g.u)}});
       }
+      o["gate_predictors"] = std::move(gs);
       ls.push_back(std::move(o));
     }
     j["layers"] = std::move(ls);
@@ -264,7 +271,7 @@ struct calibration_data {
                       {"tier_budget", s.tier_budget},
                       {"with_base", s.with_base},
                       {"refine", s.refine},
-                      {"predict_gate", s.predict_gate},
+                      {"gate_rank", s.gate_rank},
                       {"bytes_fraction", s.bytes_fraction}});
       }
       o["layers"] = std::move(lb);
@@ -410,12 +417,15 @@ struct calibration_data {
                        "the layer's tier count, " + std::to_string(c.tiers.size()));
         }
       }
-      if (c.gate_predictor) {
-        const gate_predictor_data& g = *c.gate_predictor;
-        detail::require(g.rank >= 1 && g.rank <= std::min(d_ff, model.d_model), where, at + ".gate_predictor.rank",
-                        g.rank, "1 .. min(d_ff, d_model)");
-        detail::require_finite_values(g.a, g.rank * model.d_model, where, at + ".gate_predictor.a", false);
-        detail::require_finite_values(g.u, d_ff * g.rank, where, at + ".gate_predictor.u", false);
+      for (std::size_t r = 0; r < c.gate_predictors.size(); ++r) {
+        const std::string gat = at + ".gate_predictors[" + std::to_string(r) + "]";
+        const gate_predictor_data& g = c.gate_predictors[r];
+        detail::require(g.rank >= 1 && g.rank <= std::min(d_ff, model.d_model) &&
+                            (r == 0 || g.rank > c.gate_predictors[r - 1].rank),
+                        where, gat + ".rank", g.rank,
+                        "1 .. min(d_ff, d_model), increasing from predictor to predictor");
+        detail::require_finite_values(g.a, g.rank * model.d_model, where, gat + ".a", false);
+        detail::require_finite_values(g.u, d_ff * g.rank, where, gat + ".u", false);
       }
     }
   }
@@ -464,9 +474,9 @@ struct calibration_data {
           detail::require(s.rule == neuron_rule::top_k || s.rule == neuron_rule::threshold, where, lat + ".with_base",
                           true, "the top_k or threshold rule (the tier rule always keeps its base)");
         }
-        if (s.predict_gate) {
-          detail::require(c.gate_predictor.has_value(), where, lat + ".predict_gate", true,
-                          "a layer with a gate_predictor");
+        if (s.gate_rank != 0 && c.gate_predictor_of(s.gate_rank) == nullptr) {
+          detail::fail(where, lat + ".gate_rank", s.gate_rank,
+                       "0 (no predictor) or the rank of one of the layer's gate_predictors");
         }
       }
     }
@@ -586,7 +596,7 @@ struct calibration_data {
 
     [[nodiscard]] layer_calibration layer(const nlohmann::json& o, const std::string& path,
                                           const model_fingerprint& m) const {
-      keys(o, path, {"score_weights", "down_norms", "permutation", "tiers", "tier_predictor", "gate_predictor"});
+      keys(o, path, {"score_weights", "down_norms", "permutation", "tiers", "tier_predictor", "gate_predictors"});
       layer_calibration c;
       c.score_weights = floats(o, "score_weights", path + ".score_weights");
       c.down_norms = floats(o, "down_norms", path + ".down_norms");
@@ -617,15 +627,15 @@ struct calibration_data {
         q.out_scale = floats(tp, "out_scale", p + ".out_scale");
         c.tier_predictor = std::move(q);
       }
-      const nlohmann::json& gp = at(o, "gate_predictor", path);
-      if (!gp.is_null()) {
-        const std::string p = path + ".gate_predictor";
-        keys(gp, p, {"rank", "a", "u"});
+      const nlohmann::json& gs = array(o, "gate_predictors", path + ".gate_predictors");
+      for (std::size_t r = 0; r < gs.size(); ++r) {
+        const std::string p = path + ".gate_predictors[" + std::to_string(r) + "]";
+        keys(gs[r], p, {"rank", "a", "u"});
         gate_predictor_data g;
-        g.rank = size(gp, p + ".rank", "rank", 1, std::min(m.d_ff, m.d_model));
-        g.a = floats(gp, "a", p + ".a");
-        g.u = floats(gp, "u", p + ".u");
-        c.gate_predictor = std::move(g);
+        g.rank = size(gs[r], p + ".rank", "rank", 1, std::min(m.d_ff, m.d_model));
+        g.a = floats(gs[r], "a", p + ".a");
+        g.u = floats(gs[r], "u", p + ".u");
+        c.gate_predictors.push_back(std::move(g));
       }
       return c;
     }
@@ -643,7 +653,7 @@ struct calibration_data {
         const std::string p = path + ".layers[" + std::to_string(l) + "]";
         keys(ls[l], p,
              {"dense", "rule", "keep", "threshold", "tier", "predict_tier", "tier_budget", "with_base", "refine",
-              "predict_gate", "bytes_fraction"});
+              "gate_rank", "bytes_fraction"});
         layer_budget s;
         s.dense = boolean(ls[l], "dense", p + ".dense");
         const std::string rule = string(ls[l], "rule", p + ".rule");
@@ -669,7 +679,7 @@ struct calibration_data {
         s.tier_budget = number(ls[l], "tier_budget", p + ".tier_budget");
         s.with_base = boolean(ls[l], "with_base", p + ".with_base");
         s.refine = number(ls[l], "refine", p + ".refine");
-        s.predict_gate = boolean(ls[l], "predict_gate", p + ".predict_gate");
+        s.gate_rank = size(ls[l], p + ".gate_rank", "gate_rank", 0, std::size_t{1} << 20);
         s.bytes_fraction = number(ls[l], "bytes_fraction", p + ".bytes_fraction");
         b.layers.push_back(s);
       }
