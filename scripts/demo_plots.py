@@ -10,7 +10,8 @@ Usage:
     --out-dir   default: the folder of DEMO_JSON
 
 Writes kl_vs_kept.png and .svg (mean KL(dense || policy) against the kept fraction, log
-scale, one line per scorer family) and, with benchmark rows, speedup_vs_activity.png and
+scale, one line per scorer family), kl_vs_bytes.png and .svg (KL against the honest fraction of
+FFN weight bytes read, every policy, the calibrated methods drawn bold) and, with benchmark rows, speedup_vs_activity.png and
 .svg (the decode FFN speed-up over dense against activity, with the ideal 3/(1+2a); 7b shape,
 one thread, or the first shape present). Each line of a plot is an SVG group with the id
 series_<n>. Exit status 2 with a one-line error when DEMO_JSON is unusable, 3 when matplotlib
@@ -47,7 +48,7 @@ def series_of(rows):
     """{label: [(kept, kl), ...]} for every sparse family, sorted by kept fraction."""
     out = {}
     for r in rows:
-        if r.get("family") in (None, "dense", "token_sparse"):
+        if r.get("family") in (None, "dense", "token_sparse", "calibrated"):
             continue
         if r.get("kl") is None or r.get("kept_fraction") is None:
             continue
@@ -87,6 +88,46 @@ def kl_plot(plt, rows, title):
     ax.set_title(title)
     ax.grid(True, which="major", color="#e5e5e5")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=9)
+    return fig
+
+
+def bytes_series(rows):
+    """{(label, calibrated): [(bytes, kl), ...]}: uniform families by scorer, calibrated ones by method."""
+    out = {}
+    for r in rows:
+        if r.get("family") in (None, "dense", "token_sparse") or r.get("kl") is None:
+            continue
+        cal = r["family"] == "calibrated"
+        label = ("calibrated " + r["scorer"]) if cal else "%s (%s)" % (r["scorer"], r["family"])
+        out.setdefault((label, cal), []).append((r["bytes_fraction"], r["kl"]))
+    return {k: sorted(v) for k, v in sorted(out.items(), key=lambda kv: (kv[0][1], kv[0][0]))}
+
+
+def kl_bytes_plot(plt, rows, title):
+    series = bytes_series(rows)
+    kls = [kl for pts in series.values() for _, kl in pts if kl > 0]
+    floor = 10.0 ** math.floor(math.log10(min(kls))) if kls else 1e-5
+    fig, ax = plt.subplots(figsize=(10.5, 5.5))
+    markers = "osD^vP*X"
+    c = 0
+    for k, ((label, cal), pts) in enumerate(series.items()):
+        if cal:  # the calibrated methods: each its own colour and marker, drawn over the uniform rows
+            style = dict(marker=markers[c % len(markers)], markersize=5, linewidth=2.2, zorder=3,
+                         color=COLOURS[c % len(COLOURS)], linestyle="-" if c < len(COLOURS) else "--")
+            c += 1
+        else:
+            style = dict(marker=".", markersize=4, linewidth=1, color="#9a9a9a", linestyle=":", zorder=2)
+        line, = ax.plot([b for b, _ in pts], [max(v, floor) for _, v in pts], label=label, **style)
+        line.set_gid("series_%d" % k)
+    for b in (0.9, 5.0 / 6.0, 0.75, 2.0 / 3.0):
+        ax.axvline(b, color="#cccccc", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xlim(0.45, 1.0)
+    ax.set_xlabel("FFN weight bytes read per decode token (honest: predictors and all of up counted)")
+    ax.set_ylabel("mean KL(dense || policy)")
+    ax.set_title(title)
+    ax.grid(True, which="major", color="#e5e5e5")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=8)
     return fig
 
 
@@ -147,6 +188,8 @@ def main(argv=None):
     os.makedirs(out, exist_ok=True)
     title = "%s: KL against kept fraction" % os.path.basename(demo.get("model", "model"))
     written = save(plt, kl_plot(plt, rows, title), out, "kl_vs_kept")
+    written += save(plt, kl_bytes_plot(plt, rows, "%s: KL against bytes read (calibrated methods bold)" %
+                                       os.path.basename(demo.get("model", "model"))), out, "kl_vs_bytes")
     if os.path.exists(a.bench):
         try:
             _, brows, _ = perf_report.load(a.bench)

@@ -12,7 +12,13 @@ Prints, from the demo's rows:
   2. weight-aware against magnitude (and the gate-only weight-aware score) at equal kept
      fractions;
   3. the token-sparse presets' kept-token fraction per layer;
-  4. the full table.
+  4. calibrated rows against uniform ones at equal bytes: for each byte budget b, the best
+     uniform FFN row that reads no more than b (top-k, cumulative mass, CATS; TEAL against its
+     own calibrated rows), every calibrated method's row, and the best calibrated row's KL as a
+     share of the best uniform one's; then what the calibration measured (the tier predictor's
+     held-out accuracy, the low-rank predictors' precision and recall, spans per step under the
+     neuron orders, the time of each stage);
+  5. the full table.
 """
 import json
 import math
@@ -38,6 +44,81 @@ def crossing(points, level):
     return "< %.2f" % pts[-1][0]
 
 
+# The byte budgets of the calibrated rows: labels as the row names give them, and their values.
+BUDGETS = [("0.9", 0.9), ("0.833", 5.0 / 6.0), ("0.75", 0.75), ("0.667", 2.0 / 3.0)]
+UNIFORM_FFN = ("top_k", "cumulative_mass", "cats")
+
+
+def best(rows, limit):
+    """The row of lowest KL among rows that read at most `limit` (None when none does)."""
+    fit = [r for r in rows if r["bytes_fraction"] <= limit + 1e-6]
+    return min(fit, key=lambda r: r["kl"]) if fit else None
+
+
+def calibrated_sections(demo, rows):
+    cal = [r for r in rows if r["family"] == "calibrated"]
+    if not cal:
+        return []
+    methods = []
+    for r in cal:
+        if r["scorer"] not in methods:
+            methods.append(r["scorer"])
+    ffn_methods = [m for m in methods if m != "teal"]
+    out = ["", "Calibrated against uniform at equal bytes (mean KL; a row counts for b when it reads at most b):", "",
+           "| b | best uniform FFN row | " + " | ".join(ffn_methods) + " | best calibrated / best uniform |",
+           "|---|---|" + "---|" * (len(ffn_methods) + 1)]
+    for label, b in BUDGETS:
+        uni = best([r for r in rows if r["family"] in UNIFORM_FFN], b)
+        mine = [r for r in cal if r["policy"].endswith("@ " + label) and r["scorer"] != "teal"]
+        cells = []
+        for m in ffn_methods:
+            r = [x for x in mine if x["scorer"] == m]
+            cells.append("%.5f (%.3f)" % (r[0]["kl"], r[0]["bytes_fraction"]) if r else "-")
+        top = best(mine, b)
+        ratio = "%.2f" % (top["kl"] / uni["kl"]) if top and uni and uni["kl"] > 0 else "-"
+        out.append("| %s | %s | %s | %s |" % (
+            label, "%.5f (%s, %.3f)" % (uni["kl"], uni["policy"], uni["bytes_fraction"]) if uni else "-",
+            " | ".join(cells), ratio))
+    teal = [r for r in rows if r["family"] == "teal"]
+    cteal = [r for r in cal if r["scorer"] == "teal"]
+    if teal and cteal:
+        out += ["", "TEAL (all seven projections input-sparse; bytes: the FFN's share) uniform against calibrated:", "",
+                "| b | best uniform TEAL row | calibrated TEAL |", "|---|---|---|"]
+        for label, b in BUDGETS:
+            uni = best(teal, b)
+            c = [r for r in cteal if r["policy"].endswith("@ " + label)]
+            out.append("| %s | %s | %s |" % (label, "%.5f (%.3f)" % (uni["kl"], uni["bytes_fraction"]) if uni else "-",
+                                             "%.5f (%.3f)" % (c[0]["kl"], c[0]["bytes_fraction"]) if c else "-"))
+    info = demo.get("calibration")
+    if not info:
+        return out
+    if info.get("predictor"):
+        out += ["", "Tier predictor (held-out tokens, %d parameters in all layers):" % info["predictor_parameters"], "",
+                "| b | per-token KL budget | accuracy | too sparse | too dense |", "|---|---|---|---|---|"]
+        for p in info["predictor"]:
+            out.append("| %s | %.2g | %.3f | %.3f | %.3f |" % (p["target"], p["budget"], p["accuracy"], p["too_sparse"],
+                                                              p["too_dense"]))
+    if info.get("low_rank"):
+        out += ["", "Low-rank gate predictors against exact gating at equal bytes (calibration sample):", "",
+                "| rank | b | predictor bytes | rows kept (predicted / exact) | precision | recall |",
+                "|---|---|---|---|---|---|"]
+        for l in info["low_rank"]:
+            out.append("| %d | %s | %.3f | %.3f / %.3f | %.3f | %.3f |" % (
+                l["rank"], l["target"], l["predictor_bytes"], l["keep_predicted"], l["keep_exact"], l["precision"],
+                l["recall"]))
+    if info.get("spans"):
+        out += ["", "Contiguous runs per FFN call of the rows budgets+refine reads, by neuron order:", "",
+                "| b | order | W_up runs (rows) | W_down runs (rows) |", "|---|---|---|---|"]
+        for sp in info["spans"]:
+            out.append("| %s | %s | %.1f (%.1f) | %.1f (%.1f) |" % (sp["target"], sp["order"], sp["first_spans"],
+                                                                   sp["first_rows"], sp["final_spans"],
+                                                                   sp["final_rows"]))
+    out += ["", "Calibration time: statistics %.0f us per calibration token (%d tokens); " % (
+        info["statistics_us_per_token"], info["tokens"]) + ", ".join(
+        "%s %.1f s" % (k, v) for k, v in info["seconds"].items()) + "."]
+    return out
+
+
 def main(argv):
     path = argv[1] if len(argv) > 1 else os.path.join(REPO, "demo-results", "latest.json")
     try:
@@ -51,7 +132,7 @@ def main(argv):
                                                         demo.get("length")), ""]
     families = {}
     for r in rows:
-        if r["family"] in ("dense", "token_sparse"):
+        if r["family"] in ("dense", "token_sparse", "calibrated"):
             continue
         families.setdefault("%s (%s)" % (r["scorer"], r["family"]), []).append((r["kept_fraction"], r["kl"]))
     out += ["| scorer (selector) | kept where KL > 0.01 | kept where KL > 0.05 | bytes read at KL 0.05 |",
@@ -77,6 +158,7 @@ def main(argv):
         for r in tok:
             out.append("| %s | %s | %.3f | %.4f |" % (r["policy"], " | ".join("%.3f" % v for v in r["kept_per_layer"]),
                                                       r["kept_fraction"], r["kl"]))
+    out += calibrated_sections(demo, rows)
     out += ["", "| policy | kept | bytes | KL | top-1 | ppl |", "|---|---|---|---|---|---|"]
     for r in rows:
         out.append("| %s | %.3f | %.3f | %.5f | %.3f | %.3f |" % (r["policy"], r["kept_fraction"], r["bytes_fraction"],

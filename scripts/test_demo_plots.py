@@ -51,12 +51,28 @@ def main(path):
         k25 = [r["kl"] for r in rows if r["policy"] == s + " top_k 25%"][0]
         assert k25 > k90, (s, k90, k25)
     assert "greedy_dense" in demo and "greedy_sparse" in demo
+    # Calibrated rows: one per method and byte budget, each reading at most its budget on the
+    # calibration sample; the calibration's own measurements are in the JSON too.
+    cal = [r for r in rows if "calibrated" in r["policy"]]
+    methods = {r["scorer"] for r in cal}
+    for want in ["budgets", "budgets+refine", "combined", "tiers", "tiers+predictor", "low-rank r16", "teal"]:
+        assert want in methods, "missing calibrated method " + want
+    for b in ["0.9", "0.833", "0.75", "0.667"]:
+        assert any(r["policy"] == "calibrated budgets @ " + b for r in cal), "missing calibrated budgets @ " + b
+    info = demo["calibration"]
+    for k in ["tokens", "statistics_us_per_token", "seconds", "predictor", "low_rank", "spans", "budgets"]:
+        assert k in info, "calibration lacks " + k
+    for b in info["budgets"]:
+        assert b["bytes"] <= b["target_bytes"] + 1e-6 or b["method"].startswith("tiers"), b
+    for l in info["low_rank"]:
+        assert 0.0 <= l["precision"] <= 1.0 and 0.0 <= l["recall"] <= 1.0, l
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_plots.py")
     with tempfile.TemporaryDirectory() as out:
         # Without benchmark rows: the KL plot only, as PNG and SVG, one group per scorer family.
         subprocess.run([sys.executable, script, path, "--out-dir", out, "--bench", os.path.join(out, "none.json")],
                        check=True, stdout=subprocess.DEVNULL)
         check_plot(os.path.join(out, "kl_vs_kept"), 5)
+        check_plot(os.path.join(out, "kl_vs_bytes"), 10)
         assert not os.path.exists(os.path.join(out, "speedup_vs_activity.svg"))
         # With FFN decode rows of a benchmark JSON: the speed-up plot too.
         bench = os.path.join(out, "bench.json")
@@ -70,6 +86,7 @@ def main(path):
     summary = subprocess.run([sys.executable, os.path.join(os.path.dirname(script), "quality_summary.py"), path],
                              check=True, capture_output=True, text=True).stdout
     assert "| magnitude (top_k) |" in summary and "Token-sparse prefill" in summary, summary
+    assert "Calibrated against uniform at equal bytes" in summary and "Tier predictor" in summary, summary
     print("demo JSON, plots and quality summary: ok (%d rows)" % len(rows))
     return 0
 

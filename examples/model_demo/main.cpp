@@ -34,6 +34,7 @@
 #define ACTSPARSE_CPU_IMPLEMENTATION
 #include <actsparse/backends/cpu/implementation.hpp>
 
+#include "calibration/pipeline.hpp"
 #include "harness.hpp"
 #include "llama2c/checkpoint.hpp"
 #include "llama2c/model.hpp"
@@ -48,12 +49,65 @@
 #include <cstddef>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace model_demo {
 namespace {
+
+// The calibrated rows: one per method and byte target, each a budget of the calibration file the
+// demo fits on its own calibration sample (examples/calibration/pipeline.hpp). Named
+// "calibrated <method> @ <target>"; the TEAL budgets run as input-sparse policies.
+inline std::vector<policy_config> calibrated_table(const calibration_run::result& r) {
+  std::vector<policy_config> table;
+  for (const calibration_run::method_budget& b : r.rep.budgets) {
+    const budget_entry& e = r.data.budget(b.budget);
+    const std::string name = "calibrated " + b.method + " @ " + b.target;
+    if (e.layers.empty()) {
+      std::vector<threshold> t;
+      for (const float v : e.input_thresholds) t.push_back(threshold{v});
+      table.push_back({name, "calibrated", b.method, [t] { return std::make_unique<teal_policy>(t); }});
+    } else {
+      const calibrated_schedule schedule(r.data, e);
+      table.push_back({name, "calibrated", b.method,
+                       [schedule] { return std::make_unique<calibration_run::calibrated_policy>(schedule); }});
+    }
+  }
+  return table;
+}
+
+// The names calibrated_table can give (every method at every target).
+inline std::vector<std::string> calibrated_names(const calibration_run::options& o) {
+  std::vector<std::string> methods{"budgets", "budgets+refine", "combined", "tiers", "tiers+predictor", "teal"};
+  for (const std::size_t r : o.ranks) methods.push_back("low-rank r" + std::to_string(r));
+  std::vector<std::string> out;
+  for (const auto& m : methods) {
+    for (const auto& t : o.targets) out.push_back("calibrated " + m + " @ " + t.label);
+  }
+  return out;
+}
+
+row evaluate_row(const model& m, const options& o, const std::vector<std::vector<int>>& eval,
+                 const std::vector<std::vector<double>>& dense_lp, const policy_config& c) {
+  std::vector<std::unique_ptr<demo_policy>> p;
+  for (std::size_t w = 0; w < std::min(o.workers, o.sequences); ++w) p.push_back(c.make());
+  row r;
+  r.policy = c.name;
+  r.family = c.family;
+  r.scorer = c.scorer;
+  r.q = evaluate(m, eval, dense_lp, p);
+  r.kept = over_workers(o.sequences, p, [](const demo_policy& d) { return d.kept_fraction(); });
+  r.bytes = over_workers(o.sequences, p, [](const demo_policy& d) { return d.bytes_fraction(); });
+  for (std::size_t l = 0; l < p.front()->kept_per_layer().size(); ++l) {
+    r.kept_per_layer.push_back(
+        over_workers(o.sequences, p, [l](const demo_policy& d) { return d.kept_per_layer()[l]; }));
+  }
+  p.front()->reset_counts();
+  r.tokens_per_s = decode_speed(m, *p.front(), o.decode_tokens);
+  return r;
+}
 
 // Every policy of the table over the evaluation set, then the greedy samples and the JSON.
 int run_evaluation(const options& o) {
@@ -65,14 +119,19 @@ int run_evaluation(const options& o) {
   }
   const layer_scorers scorers = layer_scorers::of(m);
   calibration cal;  // filled below, read when a CATS or TEAL policy is made
-  const std::vector<policy_config> table = matching(policy_table(m.layers(), scorers, cal), o.only);
+  std::vector<policy_config> table = matching(policy_table(m.layers(), scorers, cal), o.only);
+  // The calibrated rows are named after the calibration has run; calibrate when one may match.
+  const calibration_run::options calibration_options;
+  bool with_calibrated = o.only.empty();
+  for (const auto& name : calibrated_names(calibration_options))
+    with_calibrated |= name.find(o.only) != std::string::npos;
 
   progress bar;
-  bar.total = 3 + table.size();
+  bar.total = 3 + table.size() + (with_calibrated ? 1 : 0);
   // Evaluation and calibration samples (different seeds).
   const auto eval = sample_sequences(m, o.sequences, o.length, 2024, o.workers);
   bar.step("sampled the evaluation set");
-  const auto calib = sample_sequences(m, o.calibration_sequences, o.length, 1'000'000, o.workers);
+  auto calib = sample_sequences(m, o.calibration_sequences, o.length, 1'000'000, o.workers);
   const auto dense_lp = reference_logprobs(m, eval, o.workers);
   bar.step("dense reference");
   calibrate(m, calib, cal);
@@ -80,24 +139,23 @@ int run_evaluation(const options& o) {
 
   std::vector<row> rows;
   for (const policy_config& c : table) {
-    std::vector<std::unique_ptr<demo_policy>> p;
-    for (std::size_t w = 0; w < std::min(o.workers, o.sequences); ++w) p.push_back(c.make());
-    row r;
-    r.policy = c.name;
-    r.family = c.family;
-    r.scorer = c.scorer;
-    r.q = evaluate(m, eval, dense_lp, p);
-    r.kept = over_workers(o.sequences, p, [](const demo_policy& d) { return d.kept_fraction(); });
-    r.bytes = over_workers(o.sequences, p, [](const demo_policy& d) { return d.bytes_fraction(); });
-    for (std::size_t l = 0; l < p.front()->kept_per_layer().size(); ++l) {
-      r.kept_per_layer.push_back(
-          over_workers(o.sequences, p, [l](const demo_policy& d) { return d.kept_per_layer()[l]; }));
-    }
-    p.front()->reset_counts();
-    r.tokens_per_s = decode_speed(m, *p.front(), o.decode_tokens);
-    rows.push_back(r);
+    rows.push_back(evaluate_row(m, o, eval, dense_lp, c));
     bar.step(c.name);
   }
+  calibration_run::result calibrated;
+  if (with_calibrated) {
+    const calibration_run::sample cs = calibration_run::sample::of(m, std::move(calib), o.workers);
+    calibrated = calibration_run::run(m, cs, calibration_options);
+    bar.step("calibrated budgets, tiers, predictors");
+    std::vector<policy_config> more = matching(calibrated_table(calibrated), o.only);
+    bar.total += more.size();
+    for (const policy_config& c : more) {
+      rows.push_back(evaluate_row(m, o, eval, dense_lp, c));
+      bar.step(c.name);
+    }
+    table.insert(table.end(), more.begin(), more.end());
+  }
+  if (rows.size() == 1) detail::fail("model_demo", "--policy", o.only, "text found in at least one policy name");
   print_results(o, m.cfg(), rows);
 
   // A greedy sample under dense and under one sparse preset, as text.
@@ -110,7 +168,15 @@ int run_evaluation(const options& o) {
   const std::string text_dense = tok.decode(greedy(m, dense_greedy, 96));
   const std::string text_sparse = tok.decode(greedy(m, *sparse_greedy, 96));
   print_greedy(text_dense, table[shown].name, text_sparse);
-  write_json(o.json, results_json(o, rows, text_dense, text_sparse));
+  json out = results_json(o, rows, text_dense, text_sparse);
+  if (with_calibrated) {
+    out["calibration"] = calibration_json(calibrated.rep);
+    const std::filesystem::path file = std::filesystem::path(o.json).parent_path() / "calibration.json";
+    if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
+    calibrated.data.save(file);
+    std::printf("wrote %s\n", file.string().c_str());
+  }
+  write_json(o.json, out);
   std::printf("\nwrote %s\n", o.json.c_str());
   return 0;
 }

@@ -3,6 +3,7 @@
 // scripts/demo_plots.py, scripts/quality_summary.py and scripts/test_demo_plots.py read the
 // keys written here). Numbers have 6 significant digits; a non-finite one is written null.
 
+#include "calibration/pipeline.hpp"
 #include "harness.hpp"
 #include "llama2c/checkpoint.hpp"
 #include "synthetic.hpp"
@@ -99,6 +100,58 @@ inline json results_json(const options& o, const std::vector<row>& rows, const s
       for (const double f : r.kept_per_layer) per_layer.push_back(number(f));
     }
     out["rows"].push_back(std::move(j));
+  }
+  return out;
+}
+
+// What the demo's calibration measured (examples/calibration/pipeline.hpp's report):
+// {tokens, statistics_us_per_token, seconds: {stage: s}, predictor_parameters,
+//  predictor: [{target, budget, accuracy, too_sparse, too_dense, tokens}],
+//  low_rank: [{rank, target, predictor_bytes, keep_predicted, keep_exact, precision, recall}],
+//  spans: [{target, order, first_spans, final_spans, first_rows, final_rows}],
+//  budgets: [{budget, method, target, target_bytes, bytes, kl}]} (bytes and KL on the calibration sample)
+inline json calibration_json(const calibration_run::report& r) {
+  json out = {{"tokens", r.tokens},
+              {"statistics_us_per_token", number(1e6 * r.statistics_seconds / static_cast<double>(r.tokens))},
+              {"seconds", json::object()},
+              {"predictor_parameters", r.predictor_parameters},
+              {"predictor", json::array()},
+              {"low_rank", json::array()},
+              {"spans", json::array()},
+              {"budgets", json::array()}};
+  for (const auto& [stage, s] : r.seconds) out["seconds"][stage] = number(s);
+  for (const auto& p : r.predictor) {
+    out["predictor"].push_back({{"target", p.target},
+                                {"budget", number(p.budget)},
+                                {"accuracy", number(p.accuracy)},
+                                {"too_sparse", number(p.too_sparse)},
+                                {"too_dense", number(p.too_dense)},
+                                {"tokens", p.tokens}});
+  }
+  for (const auto& l : r.low_rank) {
+    out["low_rank"].push_back({{"rank", l.rank},
+                               {"target", l.target},
+                               {"predictor_bytes", number(l.predictor_bytes)},
+                               {"keep_predicted", number(l.keep_predicted)},
+                               {"keep_exact", number(l.keep_exact)},
+                               {"precision", number(l.precision)},
+                               {"recall", number(l.recall)}});
+  }
+  for (const auto& s : r.spans) {
+    out["spans"].push_back({{"target", s.target},
+                            {"order", s.order},
+                            {"first_spans", number(s.first_spans)},
+                            {"final_spans", number(s.final_spans)},
+                            {"first_rows", number(s.first_rows)},
+                            {"final_rows", number(s.final_rows)}});
+  }
+  for (const auto& b : r.budgets) {
+    out["budgets"].push_back({{"budget", b.budget},
+                              {"method", b.method},
+                              {"target", b.target},
+                              {"target_bytes", number(b.target_bytes)},
+                              {"bytes", number(b.bytes)},
+                              {"kl", number(b.kl)}});
   }
   return out;
 }
