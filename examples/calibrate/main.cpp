@@ -23,9 +23,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -126,6 +128,12 @@ int main(int argc, char** argv) try {
   const std::filesystem::path p(out);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
   r.data.save(out);
+  // The file as an engine loads it: against the model's fingerprint, then compared with what was written.
+  std::vector<actsparse::ffn_layer> ffn;
+  for (std::size_t l = 0; l < m.layers(); ++l) ffn.push_back(m.ffn(l));
+  const actsparse::calibration_data back =
+      actsparse::calibration_data::load(out, actsparse::model_fingerprint::of(ffn));
+  const bool same = back == r.data;
 
   std::printf("calibrated %s on %zu sequences x %zu tokens (seed %llu) in %.1f s; wrote %s\n\n", checkpoint.c_str(),
               sequences, length, static_cast<unsigned long long>(seed), total, out.c_str());
@@ -136,6 +144,28 @@ int main(int argc, char** argv) try {
   std::printf("\nstatistics pass: %.1f us per calibration token (%zu tokens, both passes)\n",
               1e6 * r.rep.statistics_seconds / static_cast<double>(r.rep.tokens), r.rep.tokens);
   for (const auto& [stage, sec] : r.rep.seconds) std::printf("  %-32s %7.1f s\n", stage.c_str(), sec);
+  std::printf("\n%s read back: %s\n", out.c_str(), same ? "the same data" : "DIFFERENT data");
+  if (!same) return 1;
+  if (o.reorder != "none") {
+    // The file's neuron permutation applied to the weights (permute_ffn): the first budget must
+    // measure the same on the permuted model as it did, in the model's order, during calibration.
+    auto permuted = std::make_shared<std::vector<actsparse::permuted_ffn>>();
+    auto layers = std::make_shared<std::vector<actsparse::ffn_layer>>();
+    for (std::size_t l = 0; l < m.layers(); ++l)
+      permuted->push_back(actsparse::permute_ffn(ffn[l], back.layers[l].permutation));
+    for (const auto& p : *permuted) layers->push_back(p.layer);
+    const actsparse::budget_entry& b = back.budgets.front();
+    const actsparse::calibrated_schedule schedule(back, b.name);
+    const calibration_run::measurement mm = calibration_run::measure(m, s, [&] {
+      auto p = std::make_unique<calibration_run::calibrated_policy>(schedule);
+      p->set_layers(layers);
+      return p;
+    });
+    const bool close = std::fabs(mm.q.kl - b.kl) <= 0.01 * b.kl + 1e-6;
+    std::printf("%s on the permuted model: KL %.6f (in the model's order during calibration: %.6f)%s\n", b.name.c_str(),
+                mm.q.kl, b.kl, close ? "; permuted model: the same KL" : "; they DIFFER");
+    if (!close) return 1;
+  }
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "\ncalibrate: %s\n", e.what());

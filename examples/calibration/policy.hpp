@@ -42,7 +42,8 @@ class calibrated_policy : public demo_policy {
       : op_{weight_aware_gate{}, calibrated_selector{}, score_source::gate_preactivation, cpu_backend{},
             std::move(schedule)} {}
 
-  void ffn(std::size_t layer, const ffn_layer& w, std::span<const float> x, std::span<float> y) override {
+  void ffn(std::size_t layer, const ffn_layer& model_layer, std::span<const float> x, std::span<float> y) override {
+    const ffn_layer& w = layers_ ? layers_->at(layer) : model_layer;
     check(op_(layer, w, x, y, kept_, scratch_, ex_), "calibrated FFN");
     const double d_ff = static_cast<double>(w.d_ff());
     const double row = static_cast<double>(row_bytes(w.gate.type, w.gate.cols));
@@ -59,6 +60,8 @@ class calibrated_policy : public demo_policy {
     }
   }
   void set_recorder(recorder r) { record_ = std::move(r); }
+  // FFN layers to run instead of the model's (its weights with the file's neuron permutation).
+  void set_layers(std::shared_ptr<const std::vector<ffn_layer>> layers) { layers_ = std::move(layers); }
 
   // The share of neurons whose W_down row was read (the final set).
   [[nodiscard]] double kept_fraction() const override { return calls_ == 0 ? 1.0 : kept_sum_ / calls_; }
@@ -73,6 +76,7 @@ class calibrated_policy : public demo_policy {
   selection kept_;
   ffn_scratch scratch_;
   recorder record_;
+  std::shared_ptr<const std::vector<ffn_layer>> layers_;
   double bytes_ = 0.0, kept_sum_ = 0.0, first_sum_ = 0.0, calls_ = 0.0;
 };
 
