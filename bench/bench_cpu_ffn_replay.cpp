@@ -1,0 +1,245 @@
+// Real active sets on 7B-shaped weights: the sets a calibrated policy keeps on stories260K,
+// replayed in the decode FFN at the Llama-2-7B shape (d_model 4096, d_ff 11008), in the model's
+// own neuron order and under the two neuron orders calibration fits (hot-first, co-activation).
+//
+// The recording: 4 calibration sequences x 256 tokens (seed 1000000, the demo's calibration
+// seed) run through stories260K with every layer's first stage at the calibrated gate-only
+// score's threshold for a keep share a (examples/calibration/pipeline.hpp's statistics; one set a
+// token and layer, 5120 sets of 172 neurons). 11008 = 64 x 172: a 7B step's set is 64 recorded
+// sets side by side, block c holding the set of recorded (token, layer) 64 k + c, so every
+// neuron keeps its recorded frequency and its co-activations with the 171 others of its block,
+// and a step's blocks come from 64 different tokens (no copy of one set fills the layer). Under
+// an order, each block is permuted by its layer's order (the permutation calibration would
+// apply to the 172 neurons), which is what reordering a real model's weights does to its sets.
+//
+// Rows cpu_ffn_replay/<dtype>/7b/t<threads>/a<keep>/<order>; per step (the same iterations, the
+// order of the parts rotated):
+//   dense_us / step_us   the dense FFN; the sparse step (neuron_sparse_ffn with the replayed set)
+//   kept                 the replayed sets' mean share of neurons
+//   runs                 contiguous runs of rows per matrix per step (what a gather issues)
+//   speedup, ideal       dense / step; 3 / (1 + 2 kept)
+//   pct_of_ideal         speedup / ideal
+//   read_pct_of_ideal    the same rows read with nothing computed (row_read.hpp), against a read
+//                        of every row: the ceiling of a step with these sets on this machine
+//   pct_of_read          pct_of_ideal / read_pct_of_ideal
+#define ACTSPARSE_CPU_IMPLEMENTATION
+#include <actsparse/backends/cpu/implementation.hpp>
+
+#include "calibration/pipeline.hpp"
+#include "ffn_layers.hpp"
+#include "harness.hpp"
+#include "read_bandwidth.hpp"
+#include "row_read.hpp"
+
+#include "llama2c/checkpoint.hpp"
+#include "llama2c/model.hpp"
+
+#include <actsparse/backends/cpu/backend.hpp>
+#include <actsparse/calibration/neuron_order.hpp>
+#include <actsparse/ops/neuron_sparse_ffn.hpp>
+#include <actsparse/scorers/magnitude.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace actsparse;
+using namespace actsparse_bench;
+
+constexpr std::size_t blocks = 64;  // 11008 = 64 x 172
+
+struct recording {
+  std::size_t d_ff = 0;
+  std::vector<std::vector<std::uint32_t>> sets;  // per (token, layer), sequence after sequence
+  std::vector<std::size_t> layer_of;
+  std::vector<std::vector<std::uint32_t>> inv_hot, inv_coactivation;  // per layer: position of neuron j
+};
+
+// The recorded sets at keep share `keep` (built once per share).
+const recording& recorded(double keep) {
+  static std::map<double, std::unique_ptr<recording>> cache;
+  auto& slot = cache[keep];
+  if (slot) return *slot;
+  const llama2c::checkpoint ckpt = llama2c::checkpoint::load(std::string(ACTSPARSE_DATA_DIR) + "/stories260K.bin");
+  const llama2c::model m(ckpt);
+  auto seqs = model_demo::sample_sequences(m, 4, 256, 1'000'000, 2);
+  const calibration_run::sample s = calibration_run::sample::of(m, std::move(seqs), 1);  // one worker: sequence order
+  calibration_run::options o;
+  o.low_rank = false;
+  calibration_run::statistics st = calibration_run::statistics_pass(m, s, o);
+  budget_entry b;
+  b.name = "replay";
+  for (std::size_t l = 0; l < m.layers(); ++l) {
+    layer_budget x;
+    x.rule = neuron_rule::threshold;
+    x.keep = keep;
+    x.threshold = st.stats.threshold_for_keep(l, keep);
+    b.layers.push_back(x);
+  }
+  auto r = std::make_unique<recording>();
+  r->d_ff = m.ffn(0).d_ff();
+  for (std::size_t l = 0; l < m.layers(); ++l) {
+    r->inv_hot.push_back(inverse_permutation(hot_first_order(st.stats.frequency(l, 1))));
+    r->inv_coactivation.push_back(inverse_permutation(coactivation_order(st.stats, l)));
+  }
+  const calibrated_schedule schedule(st.data, b);
+  recording* out = r.get();
+  (void)calibration_run::measure(m, s, [&] {
+    auto p = std::make_unique<calibration_run::calibrated_policy>(schedule);
+    p->set_recorder([out](std::size_t l, std::span<const std::uint32_t>, std::span<const std::uint32_t> kept) {
+      out->sets.emplace_back(kept.begin(), kept.end());
+      out->layer_of.push_back(l);
+    });
+    return p;
+  });
+  slot = std::move(r);
+  return *slot;
+}
+
+// The 7B steps' sets under an order (0 the model's, 1 hot-first, 2 co-activation).
+std::vector<std::vector<std::uint32_t>> replay_sets(const recording& r, int order) {
+  std::vector<std::vector<std::uint32_t>> out;
+  for (std::size_t k = 0; (k + 1) * blocks <= r.sets.size(); ++k) {
+    std::vector<std::uint32_t> set;
+    for (std::size_t c = 0; c < blocks; ++c) {
+      const std::size_t i = k * blocks + c;
+      const std::size_t l = r.layer_of[i];
+      for (const std::uint32_t j : r.sets[i]) {
+        const std::uint32_t at = order == 0 ? j : order == 1 ? r.inv_hot[l][j] : r.inv_coactivation[l][j];
+        set.push_back(static_cast<std::uint32_t>(c * r.d_ff) + at);
+      }
+    }
+    std::sort(set.begin(), set.end());
+    out.push_back(std::move(set));
+  }
+  return out;
+}
+
+// Keeps the next replayed set (the scores are ignored).
+struct replayed {
+  const std::vector<std::vector<std::uint32_t>>* sets = nullptr;
+  std::size_t* next = nullptr;
+  void select(std::span<const float> scores, selection& out) const {
+    out.reset(scores.size());
+    const auto& s = (*sets)[*next % sets->size()];
+    out.indices.assign(s.begin(), s.end());
+    ++*next;
+  }
+};
+
+std::size_t runs_of(std::span<const std::uint32_t> set) {
+  std::size_t runs = 0;
+  for (std::size_t i = 0; i < set.size(); ++i) runs += (i == 0 || set[i] != set[i - 1] + 1) ? 1 : 0;
+  return runs;
+}
+
+template <class T>
+void BM_cpu_ffn_replay(benchmark::State& state, double keep, int order, std::size_t threads) {
+  const shape s = llama2_7b;
+  const layers<T>& w = weights<T>(s, false);
+  const std::vector<std::vector<std::uint32_t>> sets = replay_sets(recorded(keep), order);
+  const std::vector<float> x = random_floats(s.d_model, 1.0F, 7);
+  std::vector<float> y(s.d_model);
+  cpu::thread_pool pool(threads);
+  cpu::executor ex(pool);
+  const cpu_backend cpu;
+  std::size_t next = 0;
+  const neuron_sparse_ffn op{magnitude{}, replayed{&sets, &next}, score_source::gate_activation, cpu};
+  ffn_scratch scratch;
+  selection kept;
+  bool ok = true;
+  warm_up(w.l.size(), [&](std::size_t i) { ok = dense_ffn(cpu, view_of(w.l[i], s), x, y, scratch, ex) && ok; });
+  const std::size_t row = matrix_bytes<T>(s) / s.d_ff;
+  const auto read_layer = [&](const layer<T>& l, const std::uint32_t* rows, std::size_t count) {
+    read_matrix_rows(l.gate.data(), row, nullptr, s.d_ff, ex);
+    read_matrix_rows(l.up.data(), row, rows, count, ex);
+    read_matrix_rows(l.down_t.data(), row, rows, count, ex);
+  };
+  constexpr std::size_t parts = 4;  // dense, step, read_dense, read_step
+  double total[parts] = {};
+  double kept_sum = 0.0, runs_sum = 0.0;
+  std::size_t layer_at = 0;
+  for (auto _ : state) {
+    double t = 0.0;
+    for (std::size_t p = 0; p < parts; ++p) {
+      const std::size_t part = (p + static_cast<std::size_t>(state.iterations())) % parts;
+      const layer<T>& raw = w.l[layer_at];
+      const ffn_layer l = view_of(raw, s);
+      layer_at = (layer_at + 1) % w.l.size();
+      const double sec = seconds([&] {
+        switch (part) {
+          case 0:
+            ok = dense_ffn(cpu, l, x, y, scratch, ex) && ok;
+            break;
+          case 1:
+            ok = op(l, x, y, kept, scratch, ex) && ok;
+            break;
+          case 2:
+            read_layer(raw, nullptr, s.d_ff);
+            break;
+          default:  // the set the step just read (part 1 runs before part 3 in the first iteration)
+            read_layer(raw, kept.indices.data(), kept.indices.size());
+        }
+      });
+      total[part] += sec;
+      if (part == 1) {
+        t = sec;
+        kept_sum += static_cast<double>(kept.indices.size()) / static_cast<double>(s.d_ff);
+        runs_sum += static_cast<double>(runs_of(kept.indices));
+      }
+    }
+    benchmark::DoNotOptimize(y.data());
+    state.SetIterationTime(t);
+  }
+  if (!ok) {
+    state.SkipWithError("the CPU backend did not handle this configuration");
+    return;
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double a = kept_sum / n;
+  const double ideal = ideal_ffn_speedup(a);
+  const double speedup = total[0] / total[1];
+  const double read_pct = total[2] / total[3] / ideal;
+  state.counters["dense_us"] = total[0] / n * 1e6;
+  state.counters["step_us"] = total[1] / n * 1e6;
+  state.counters["kept"] = a;
+  state.counters["runs"] = runs_sum / n;
+  state.counters["speedup"] = speedup;
+  state.counters["ideal"] = ideal;
+  state.counters["pct_of_ideal"] = speedup / ideal;
+  state.counters["read_pct_of_ideal"] = read_pct;
+  state.counters["pct_of_read"] = speedup / ideal / read_pct;
+}
+
+template <class T>
+void register_replay(std::size_t threads) {
+  const char* orders[] = {"model", "hot", "coactivation"};
+  for (const double keep : {0.8, 0.5, 0.2}) {
+    for (int order = 0; order < 3; ++order) {
+      char label[128];
+      std::snprintf(label, sizeof label, "cpu_ffn_replay/%s/7b/t%zu/a%.2f/%s",
+                    std::string(name(dtype_traits<T>::type)).c_str(), threads, keep, orders[order]);
+      benchmark::RegisterBenchmark(label, BM_cpu_ffn_replay<T>, keep, order, threads)
+          ->UseManualTime()
+          ->MinTime(0.3)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_replay<float>(2);
+  register_replay<block_q4_0>(2);
+  return run_benchmarks_with_read_bandwidth(argc, argv);
+}
