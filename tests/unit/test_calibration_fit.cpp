@@ -324,3 +324,24 @@ TEST_CASE("neuron orders: hot first, co-activation chains, permutation checks") 
   selection_statistics plain(1, 8);
   CHECK_THROWS_WITH_AS((void)coactivation_order(plain, 0), doctest::Contains("co-activation"), error);
 }
+
+TEST_CASE("neuron orders: under hot-first order a tier's base set is a contiguous prefix") {
+  std::mt19937 rng(17);
+  selection_statistics s(1, 64);
+  std::normal_distribution<float> noise(0.0F, 1.0F);
+  std::vector<float> bias(64);
+  for (float& b : bias) b = 2.0F * noise(rng);
+  for (int t = 0; t < 300; ++t) {
+    std::vector<float> v(64);
+    for (std::size_t j = 0; j < 64; ++j) v[j] = std::fabs(bias[j] + noise(rng));
+    s.add(0, v);
+  }
+  const auto freq = s.frequency(0, 1);  // tier 2: keep 32 of 64
+  const index_set base = base_set(freq, 0.8);
+  REQUIRE(!base.empty());
+  const auto inv = inverse_permutation(hot_first_order(freq));
+  std::vector<std::uint32_t> positions;
+  for (const std::uint32_t j : base.indices()) positions.push_back(inv[j]);
+  std::sort(positions.begin(), positions.end());
+  for (std::size_t i = 0; i < positions.size(); ++i) CHECK(positions[i] == i);
+}

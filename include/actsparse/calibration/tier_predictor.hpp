@@ -54,12 +54,12 @@ inline void token_features(std::span<const float> x, std::span<float> out, std::
   std::size_t near_zero = 0;
   for (std::size_t i = 0; i < n; ++i) near_zero += scratch[i] < 0.1 * rms ? 1 : 0;
   const auto quantile = [&](double q) {
-    const std::size_t pos = std::min(n - 1, static_cast<std::size_t>(q * static_cast<double>(n - 1) + 0.5));
+    const std::size_t pos = std::min(n - 1, static_cast<std::size_t>(std::lround(q * static_cast<double>(n - 1))));
     std::nth_element(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(pos), scratch.end());
     return static_cast<double>(scratch[pos]);
   };
   const double q90 = quantile(0.9);
-  const double q50 = quantile(0.5);  // nth_element at 0.9 first leaves [0, pos) for this one: still exact
+  const double q50 = quantile(0.5);
   const double max = *std::max_element(scratch.begin(), scratch.end());
   out[0] = static_cast<float>(mean);
   out[1] = static_cast<float>(std::sqrt(std::max(0.0, ms - mean * mean)));
