@@ -131,7 +131,8 @@ class calibrated_schedule {
       out.dense = s.dense;
       out.score = weight_aware_gate::from_norms(c.score_weights);
       out.rule = s.rule;
-      const double k = std::ceil(s.keep * static_cast<double>(d_ff) - 1e-9);  // a share written as count / d_ff is that count
+      const double k =
+          std::ceil(s.keep * static_cast<double>(d_ff) - 1e-9);  // a share written as count / d_ff is that count
       out.k = k >= static_cast<double>(d_ff) ? d_ff : static_cast<std::size_t>(k);
       out.t = s.threshold;
       out.tier = s.tier;
