@@ -22,6 +22,12 @@
 //   read_pct_of_ideal    the same rows read with nothing computed (row_read.hpp), against a read
 //                        of every row: the ceiling of a step with these sets on this machine
 //   pct_of_read          pct_of_ideal / read_pct_of_ideal
+//
+// Rows cpu_ffn_refine/<dtype>/7b/t<threads>/a<a1>_<a2>: the two-stage step a calibration's
+// `refine` budgets run (neuron_sparse_ffn with a schedule whose value gives a second stage):
+// the gate whole, W_up for the first stage's a1 (top-k of |act(g)|, random weights: a random
+// set), the exact h of those, W_downᵀ for the a2 of them with the largest |h|·‖W_down[:, j]‖.
+// Counters: speedup over dense (the same iterations), ideal 3 / (1 + a1 + a2), pct_of_ideal.
 #define ACTSPARSE_CPU_IMPLEMENTATION
 #include <actsparse/backends/cpu/implementation.hpp>
 
@@ -38,10 +44,12 @@
 #include <actsparse/calibration/neuron_order.hpp>
 #include <actsparse/ops/neuron_sparse_ffn.hpp>
 #include <actsparse/scorers/magnitude.hpp>
+#include <actsparse/selectors/top_k.hpp>
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -220,6 +228,79 @@ void BM_cpu_ffn_replay(benchmark::State& state, double keep, int order, std::siz
   state.counters["pct_of_read"] = speedup / ideal / read_pct;
 }
 
+// A schedule value with a second stage: the first stage keeps k, the second `keep` of them.
+struct refine_value {
+  std::size_t k = 0;
+  double keep = 1.0;
+  std::span<const float> weights;
+};
+[[maybe_unused]] top_k configure(const top_k& /*base*/, const refine_value& v) { return top_k::by_count(v.k); }
+[[maybe_unused]] refine_rule refine_stage(const refine_value& v) { return {v.keep, v.weights}; }
+struct refine_schedule {
+  using value_type = refine_value;
+  refine_value v;
+  [[nodiscard]] value_type at(std::size_t /*layer*/) const { return v; }
+};
+
+template <class T>
+void BM_cpu_ffn_refine(benchmark::State& state, double a1, double a2, std::size_t threads) {
+  const shape s = llama2_7b;
+  const layers<T>& w = weights<T>(s, false);
+  const std::vector<float> x = random_floats(s.d_model, 1.0F, 7);
+  const std::vector<float> weights(s.d_ff, 1.0F);  // the timing does not depend on them
+  std::vector<float> y(s.d_model), y_dense(s.d_model);
+  cpu::thread_pool pool(threads);
+  cpu::executor ex(pool);
+  const cpu_backend cpu;
+  const auto k = static_cast<std::size_t>(std::lround(a1 * static_cast<double>(s.d_ff)));
+  const neuron_sparse_ffn<magnitude, top_k, cpu_backend, refine_schedule> op{
+      magnitude{}, top_k{}, score_source::gate_activation, cpu, refine_schedule{{k, a2 / a1, weights}}};
+  ffn_scratch scratch, dense_scratch;
+  selection kept;
+  bool ok = true;
+  warm_up(w.l.size(), [&](std::size_t i) { ok = dense_ffn(cpu, view_of(w.l[i], s), x, y, dense_scratch, ex) && ok; });
+  std::size_t next = 0;
+  double dense_s = 0.0, step_s = 0.0, first = 0.0, final_rows = 0.0;
+  for (auto _ : state) {
+    const ffn_layer d = view_of(w.l[next], s);
+    const ffn_layer sp = view_of(w.l[(next + 1) % w.l.size()], s);
+    next = (next + 2) % w.l.size();
+    const double t = time_pair(
+        state.iterations(), [&] { ok = dense_ffn(cpu, d, x, y_dense, dense_scratch, ex) && ok; },
+        [&] { ok = op(0, sp, x, y, kept, scratch, ex) && ok; }, dense_s, step_s);
+    first += static_cast<double>(scratch.reads.up_rows);
+    final_rows += static_cast<double>(scratch.reads.down_rows);
+    benchmark::DoNotOptimize(y.data());
+    state.SetIterationTime(t);
+  }
+  if (!ok) {
+    state.SkipWithError("the CPU backend did not handle this configuration");
+    return;
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double f1 = first / n / static_cast<double>(s.d_ff), f2 = final_rows / n / static_cast<double>(s.d_ff);
+  const double ideal = 3.0 / (1.0 + f1 + f2);
+  state.counters["a1"] = f1;
+  state.counters["a2"] = f2;
+  state.counters["speedup"] = dense_s / step_s;
+  state.counters["ideal"] = ideal;
+  state.counters["pct_of_ideal"] = dense_s / step_s / ideal;
+}
+
+template <class T>
+void register_refine(std::size_t threads) {
+  const double pairs[][2] = {{0.9, 0.8}, {0.8, 0.5}, {0.6, 0.4}};
+  for (const auto& p : pairs) {
+    char label[128];
+    std::snprintf(label, sizeof label, "cpu_ffn_refine/%s/7b/t%zu/a%.2f_%.2f",
+                  std::string(name(dtype_traits<T>::type)).c_str(), threads, p[0], p[1]);
+    benchmark::RegisterBenchmark(label, BM_cpu_ffn_refine<T>, p[0], p[1], threads)
+        ->UseManualTime()
+        ->MinTime(0.3)
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
 template <class T>
 void register_replay(std::size_t threads) {
   const char* orders[] = {"model", "hot", "coactivation"};
@@ -241,5 +322,7 @@ void register_replay(std::size_t threads) {
 int main(int argc, char** argv) {
   register_replay<float>(2);
   register_replay<block_q4_0>(2);
+  register_refine<float>(2);
+  register_refine<block_q4_0>(2);
   return run_benchmarks_with_read_bandwidth(argc, argv);
 }

@@ -506,6 +506,20 @@ inline result run(const model& m, const sample& s, const options& o, const progr
   }
 
   // ------------------------------------------------------------ 4. methods -----------------
+  // TEAL's greedy search over p's knobs, every candidate measured on the sample as the budget
+  // `settings` makes of it; it walks until the predicted bytes reach `goal`.
+  const auto search = [&](budget_problem& p, const std::function<budget_entry(const budget_state&)>& settings,
+                          double goal, const std::string& label, double progress_from, double progress_to) {
+    p.evaluate = [&](std::span<const budget_state> states, std::span<budget_measure> res) {
+      for (std::size_t i = 0; i < states.size(); ++i) {
+        const measurement mm = measure_budget(settings(states[i]));
+        res[i] = {mm.q.kl, mm.bytes};
+      }
+    };
+    return greedy_budget_search(p, goal, [&](std::size_t, double bytes) {
+      say("greedy search: " + label, progress_from + (progress_to - progress_from) * (1.0 - bytes) / (1.0 - goal));
+    });
+  };
   const auto threshold_setting = [&](std::size_t l, double keep) {
     if (keep >= 1.0 - 1e-9) return detail::dense_layer();
     layer_budget b;
@@ -541,16 +555,7 @@ inline result run(const model& m, const sample& s, const options& o, const progr
       return knobs == 2 ? (1.0 + a1 + keep_at(pos[1])) / 3.0 : (1.0 + 2.0 * a1) / 3.0;
     };
     if (knobs == 2) p.allowed = [](std::size_t, std::span<const std::size_t> pos) { return pos[1] >= pos[0]; };
-    p.evaluate = [&](std::span<const budget_state> states, std::span<budget_measure> res) {
-      for (std::size_t i = 0; i < states.size(); ++i) {
-        const measurement mm = measure_budget(settings(states[i]));
-        res[i] = {mm.q.kl, mm.bytes};
-      }
-    };
-    const double goal = min_target - 0.02;
-    const budget_path path = greedy_budget_search(p, goal, [&](std::size_t, double bytes) {
-      say("greedy search: " + method, progress_from + (progress_to - progress_from) * (1.0 - bytes) / (1.0 - goal));
-    });
+    const budget_path path = search(p, settings, min_target - 0.02, method, progress_from, progress_to);
     for (const target& tg : o.targets) {
       const budget_step& st = path.for_bytes(tg.bytes);
       budget_entry b = settings(st.state);
@@ -741,16 +746,7 @@ inline result run(const model& m, const sample& s, const options& o, const progr
       return b;
     };
     p.layer_bytes = [&](std::size_t, std::span<const std::size_t> pos) { return keep_at(pos[0]); };
-    p.evaluate = [&](std::span<const budget_state> states, std::span<budget_measure> res) {
-      for (std::size_t i = 0; i < states.size(); ++i) {
-        const measurement mm = measure_budget(settings(states[i]));
-        res[i] = {mm.q.kl, mm.bytes};
-      }
-    };
-    const double goal = min_target - 0.05;
-    const budget_path path = greedy_budget_search(p, goal, [&](std::size_t, double bytes) {
-      say("greedy search: teal", 0.92 + 0.07 * (1.0 - bytes) / (1.0 - goal));
-    });
+    const budget_path path = search(p, settings, min_target - 0.05, "teal", 0.92, 0.99);
     for (const target& tg : o.targets) {
       const budget_step& st = path.for_bytes(tg.bytes);
       finish(settings(st.state), "teal", tg, {{st.measured.kl, 0.0, 0.0}, st.measured.bytes, 0.0, {}});

@@ -431,7 +431,7 @@ TEST_CASE("calibrated schedule: per-token tiers keep their base set, never above
   CHECK(seen[0] + seen[1] + seen[2] == 40);
 }
 
-TEST_CASE("calibrated schedule: input thresholds drive input_sparse_linear; bad budgets are errors") {
+TEST_CASE("calibrated schedule: input thresholds drive input_sparse_linear, bad budgets are errors") {
   std::mt19937 rng(37);
   const model m(rng);
   const calibration_data d = make_data(m, rng);
@@ -455,7 +455,7 @@ TEST_CASE("calibrated schedule: input thresholds drive input_sparse_linear; bad 
   CHECK_THROWS_WITH_AS((void)calibrated_schedule(d, "top_k").at(2), doctest::Contains("layer"), error);
 }
 
-TEST_CASE("permute_ffn: the same FFN on permuted weights; keep-all on them equals their dense FFN") {
+TEST_CASE("permute_ffn: the same FFN on permuted weights, keep-all on them equals their dense FFN") {
   std::mt19937 rng(38);
   const model m(rng);
   std::vector<std::uint32_t> order = all_indices(d_ff);
