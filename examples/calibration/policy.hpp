@@ -116,7 +116,7 @@ inline measurement measure(const model& m, const sample& s, const policy_factory
   for (std::size_t w = 0; w < s.workers; ++w) policies.push_back(make());
   const std::size_t v = m.vocab();
   struct sums {
-    double kl = 0.0, agree = 0.0, nll = 0.0, positions = 0.0;
+    double kl = 0.0, agree = 0.0, nll = 0.0, positions = 0.0, bytes = 0.0, kept = 0.0;
     std::vector<double> token_kl;
   };
   std::vector<sums> per(s.sequences.size());
@@ -124,10 +124,13 @@ inline measurement measure(const model& m, const sample& s, const policy_factory
     const auto& seq = s.sequences[q];
     auto cache = m.new_cache();
     std::vector<float> logits(seq.size() * v);
+    policies[w]->reset_counts();  // counted per sequence: the same sums for any worker count
     m.prefill(seq, cache, logits, *policies[w]);
     const std::vector<double> lp = model_demo::log_softmax(logits, v);
     const std::vector<double>& ref = s.dense_logprobs[q];
     sums& r = per[q];
+    r.bytes = policies[w]->bytes_fraction() * static_cast<double>(seq.size());
+    r.kept = policies[w]->kept_fraction() * static_cast<double>(seq.size());
     for (std::size_t t = 0; t + 1 < seq.size(); ++t) {
       const double* a = ref.data() + t * v;
       const double* b = lp.data() + t * v;
@@ -142,18 +145,21 @@ inline measurement measure(const model& m, const sample& s, const policy_factory
   });
   measurement out;
   sums all;
-  for (sums& r : per) {  // in sequence order: the same bits for any worker count
+  double tokens = 0.0;
+  for (std::size_t q = 0; q < per.size(); ++q) {  // in sequence order: the same bits for any worker count
+    const sums& r = per[q];
     all.kl += r.kl;
     all.agree += r.agree;
     all.nll += r.nll;
     all.positions += r.positions;
+    all.bytes += r.bytes;  // one FFN call per token and layer: tokens weigh the sequences
+    all.kept += r.kept;
+    tokens += static_cast<double>(s.sequences[q].size());
     out.token_kl.insert(out.token_kl.end(), r.token_kl.begin(), r.token_kl.end());
   }
   out.q = {all.kl / all.positions, all.agree / all.positions, std::exp(all.nll / all.positions)};
-  out.bytes =
-      model_demo::over_workers(s.sequences.size(), policies, [](const demo_policy& d) { return d.bytes_fraction(); });
-  out.kept =
-      model_demo::over_workers(s.sequences.size(), policies, [](const demo_policy& d) { return d.kept_fraction(); });
+  out.bytes = all.bytes / tokens;
+  out.kept = all.kept / tokens;
   return out;
 }
 
