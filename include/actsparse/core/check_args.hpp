@@ -11,6 +11,7 @@
 
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/op_args.hpp>
+#include <actsparse/core/routing.hpp>
 #include <actsparse/core/views.hpp>
 
 #include <cstddef>
@@ -145,6 +146,63 @@ inline void check_shapes(const token_ffn_args& a, std::string_view where) {
   detail::check_subset_bounds(a.tokens, a.input.rows, where, "tokens", "input.rows");
 }
 
+// A stacked projection: a valid first matrix, `count` experts, and expert strides that hold a
+// whole matrix and keep every expert aligned.
+inline void check_stacked(const stacked_view& s, std::size_t count, std::size_t rows, std::size_t cols,
+                          std::string_view where, std::string_view argument) {
+  const std::string arg(argument);
+  validate(s.first, where, arg + ".first");
+  detail::check_size(s.count, count, where, arg + ".count", "experts.count() = gate.count, one matrix per expert");
+  detail::check_size(s.first.rows, rows, where, arg + ".first.rows", "the expert shape");
+  detail::check_size(s.first.cols, cols, where, arg + ".first.cols", "the expert shape");
+  const std::size_t bytes =
+      s.first.rows == 0 ? 0 : (s.first.rows - 1) * s.first.row_stride + row_bytes(s.first.type, s.first.cols);
+  if (count > 1 && s.expert_stride < bytes) {
+    detail::fail(where, arg + ".expert_stride", s.expert_stride,
+                 "at least " + std::to_string(bytes) + " bytes (one expert's matrix; experts must not overlap)");
+  }
+  const std::size_t align = info(s.first.type).alignment;
+  if (count > 1 && s.expert_stride % align != 0) {
+    detail::fail(where, arg + ".expert_stride", s.expert_stride,
+                 "a multiple of " + std::to_string(align) + " bytes (every expert's rows start aligned)");
+  }
+}
+
+inline void check_shapes(const moe_ffn_args& a, std::string_view where) {
+  const moe_experts& x = a.experts;
+  const std::size_t n = x.count();
+  detail::require(n >= 1, where, "experts.gate.count", n, "at least one expert");
+  const std::size_t d_model = x.d_model();
+  const std::size_t d_ff = x.d_ff();
+  check_stacked(x.gate, n, d_ff, d_model, where, "experts.gate");
+  check_stacked(x.up, n, d_ff, d_model, where, "experts.up");
+  if (x.down.absent() && x.down_t.absent()) {
+    detail::fail_described(where, "experts.down, experts.down_t", "neither given",
+                           "stacked W_down [d_model x d_ff] in down, or W_down transposed [d_ff x d_model] in down_t");
+  }
+  if (!x.down.absent()) check_stacked(x.down, n, d_model, d_ff, where, "experts.down");
+  if (!x.down_t.absent()) check_stacked(x.down_t, n, d_ff, d_model, where, "experts.down_t");
+  validate(a.input, where, "input");
+  validate(a.output, where, "output");
+  detail::check_size(a.input.cols, d_model, where, "input.cols", "d_model = experts.gate.first.cols");
+  detail::check_size(a.output.cols, d_model, where, "output.cols", "d_model = experts.gate.first.cols");
+  detail::check_size(a.output.rows, a.input.rows, where, "output.rows", "input.rows, one output row per token");
+  detail::check_size(a.routing.tokens, a.input.rows, where, "routing.tokens", "input.rows, the tokens routed");
+  detail::check_size(a.routing.experts, n, where, "routing.experts", "experts.count()");
+  detail::check_size(a.routing.token_offsets.size(), a.routing.tokens + 1, where, "routing.token_offsets.size()",
+                     "tokens + 1");
+  detail::check_size(a.routing.expert_offsets.size(), n + 1, where, "routing.expert_offsets.size()", "experts + 1");
+  const std::size_t pairs = a.routing.pairs();
+  detail::check_size(a.routing.pair_weight.size(), pairs, where, "routing.pair_weight.size()", "one weight per pair");
+  detail::check_size(a.routing.expert_pairs.size(), pairs, where, "routing.expert_pairs.size()", "every pair once");
+  detail::check_size(a.routing.expert_tokens.size(), pairs, where, "routing.expert_tokens.size()",
+                     "one token per pair");
+  if (!a.shared.gate.absent()) {
+    check_ffn_layer(a.shared, where);
+    detail::check_size(a.shared.d_model(), d_model, where, "shared.gate.cols", "d_model, the routed experts' width");
+  }
+}
+
 // ---- Full checks: the shapes and every index list walked. ----------------------------------
 
 inline void check_arguments(const gemv_args& a, std::string_view where) {
@@ -166,6 +224,11 @@ inline void check_arguments(const gated_ffn_args& a, std::string_view where) {
 inline void check_arguments(const token_ffn_args& a, std::string_view where) {
   check_shapes(a, where);
   detail::check_subset(a.tokens, a.input.rows, where, "tokens", "input.rows");
+}
+
+inline void check_arguments(const moe_ffn_args& a, std::string_view where) {
+  check_shapes(a, where);
+  check_routing(a.routing, where);
 }
 
 // Whether check_arguments has an overload for these arguments (run_checked requires one).

@@ -12,6 +12,7 @@
 #include <actsparse/core/borrowed_span.hpp>
 #include <actsparse/core/views.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -102,6 +103,79 @@ struct token_ffn_args {
   matrix_view<const float> input;  // [tokens × d_model], the FFN input (normalised)
   matrix_view<float> residual;     // [tokens × d_model], updated in place
   subset tokens;
+};
+
+// ---- Mixture of experts ------------------------------------------------------------------
+
+// One projection of every expert, stored stacked the way engines hold it (llama.cpp's
+// ffn_gate_exps / ffn_up_exps / ffn_down_exps, a [n_expert] x [rows x cols] tensor): expert
+// e's matrix is `first` moved by e * expert_stride bytes (ggml's nb2).
+struct stacked_view {
+  weight_view first;              // expert 0's matrix
+  std::size_t count = 0;          // experts
+  std::size_t expert_stride = 0;  // bytes between the starts of consecutive experts
+
+  [[nodiscard]] weight_view expert(std::size_t e) const noexcept {
+    weight_view w = first;
+    w.data = static_cast<const std::byte*>(first.data) + e * expert_stride;
+    return w;
+  }
+  [[nodiscard]] constexpr bool absent() const noexcept { return first.absent() && count == 0; }
+};
+
+// The routed experts of one MoE layer: n_expert gated FFNs of one shape, each projection one
+// stacked view. Expert e is the ffn_layer expert(e): gate and up [d_ff x d_model], down
+// [d_model x d_ff] and / or down_t [d_ff x d_model] (at least one, as in ffn_layer).
+struct moe_experts {
+  activation act = activation::silu;
+  stacked_view gate;
+  stacked_view up;
+  stacked_view down;
+  stacked_view down_t{};
+
+  [[nodiscard]] constexpr std::size_t count() const noexcept { return gate.count; }
+  [[nodiscard]] constexpr std::size_t d_model() const noexcept { return gate.first.cols; }
+  [[nodiscard]] constexpr std::size_t d_ff() const noexcept { return gate.first.rows; }
+  [[nodiscard]] ffn_layer expert(std::size_t e) const noexcept {
+    return {act, gate.expert(e), up.expert(e), down.absent() ? weight_view{} : down.expert(e),
+            down_t.absent() ? weight_view{} : down_t.expert(e)};
+  }
+};
+
+// The (token, expert, weight) pairs of one MoE call, both ways round (core/routing.hpp builds
+// them; routing_table::view() gives this view):
+//   token-major: the pairs of token t are p in [token_offsets[t], token_offsets[t+1]), their
+//                experts pair_expert[p] strictly increasing, weights pair_weight[p]. This is
+//                the combine order.
+//   expert-major: the pairs of expert e are expert_pairs[q] for q in [expert_offsets[e],
+//                expert_offsets[e+1]), in increasing token order; expert_tokens[q] is the
+//                token of pair expert_pairs[q].
+struct routing_view {
+  std::size_t tokens = 0;
+  std::size_t experts = 0;
+  borrowed_span<const std::uint32_t> token_offsets{};   // tokens + 1
+  borrowed_span<const std::uint32_t> pair_expert{};     // pairs
+  borrowed_span<const float> pair_weight{};             // pairs
+  borrowed_span<const std::uint32_t> expert_offsets{};  // experts + 1
+  borrowed_span<const std::uint32_t> expert_pairs{};    // pairs
+  borrowed_span<const std::uint32_t> expert_tokens{};   // pairs
+
+  [[nodiscard]] constexpr std::size_t pairs() const noexcept { return pair_expert.size(); }
+};
+
+// An MoE layer over n tokens: for every token t,
+//   y_t = Σ_{p of t, in token-major order} w_p · FFN_{e_p}(x_t)   (+ FFN_shared(x_t))
+// computed per output value as the fma chain acc = fma(w_p, f_p, acc) from +0 over the pairs
+// in order, then acc + s for the shared expert. f_p = FFN_{e_p}(x_t) is the backend's own
+// dense gated FFN of that expert on that token (the bits of its gated_ffn_args path), so the
+// result does not depend on how tokens are grouped or on the thread count, and it equals a
+// per-token loop over the same experts bit for bit.
+struct moe_ffn_args {
+  moe_experts experts;
+  routing_view routing;
+  matrix_view<const float> input;  // [tokens x d_model]
+  matrix_view<float> output;       // [tokens x d_model], overwritten
+  ffn_layer shared{};              // optional: a shared expert every token runs (weight 1), absent: none
 };
 
 }  // namespace actsparse

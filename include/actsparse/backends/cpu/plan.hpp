@@ -247,4 +247,60 @@ struct token_plan {
   return p;
 }
 
+// ---- MoE: y_t = Σ_p w_p · FFN_{e_p}(x_t) (+ shared) ------------------------------------------
+// The call's groups are the experts with at least one token (expert order) and then the shared
+// expert; a group's rows in h and f are its pairs' expert-major positions q (the shared
+// expert's: pairs + t). Phase 1 tasks are (group, 64-row block of d_ff); phase 2 tasks
+// (group, column range of d_model) with down_t, (group, 64-row block of d_model) with down.
+struct moe_plan {
+  std::size_t tokens = 0;
+  std::size_t pairs = 0;
+  std::size_t rows = 0;  // rows of h and f: pairs, plus tokens with a shared expert
+  std::size_t d_model = 0;
+  std::size_t h_stride = 0;                 // floats: the larger d_ff of the experts and the shared expert
+  bool up_int8 = false, gate_int8 = false;  // the experts' GEMVs on quantized x
+  bool shared_up_int8 = false, shared_gate_int8 = false;  // the shared expert's
+  bool quantize_x = false;
+  std::size_t column_tile = 0;  // phase 2 column range with down_t: 64 (many tokens) or wide
+  std::size_t h_at = 0;         // [rows x h_stride] hidden values
+  std::size_t f_at = 0;         // [rows x d_model] each pair's expert output
+  std::size_t rows_at = 0;      // u32 [rows]: the combine's row list, token by token
+  std::size_t coef_at = 0;      // f32 [rows]: the combine's coefficient of each row of f
+  std::size_t groups_at = 0;    // u32 [experts + 2]: the groups' experts (shared: experts)
+  std::size_t x_at = 0;         // quantize_x: every token's input quantized
+  std::size_t x_stride = 0;
+  std::size_t bytes = 0;
+};
+[[nodiscard]] inline moe_plan make_plan(const moe_ffn_args& a, std::size_t threads, const plan_options& o) noexcept {
+  moe_plan p;
+  const bool shared = !a.shared.gate.absent();
+  p.tokens = a.input.rows;
+  p.pairs = a.routing.pairs();
+  p.rows = p.pairs + (shared ? p.tokens : 0);
+  p.d_model = a.experts.d_model();
+  p.h_stride = shared ? std::max(a.experts.d_ff(), a.shared.d_ff()) : a.experts.d_ff();
+  p.up_int8 = detail::int8_path(o, a.experts.up.first.type);
+  p.gate_int8 = detail::int8_path(o, a.experts.gate.first.type);
+  if (shared) {
+    p.shared_up_int8 = detail::int8_path(o, a.shared.up.type);
+    p.shared_gate_int8 = detail::int8_path(o, a.shared.gate.type);
+  }
+  p.quantize_x = p.up_int8 || p.gate_int8 || p.shared_up_int8 || p.shared_gate_int8;
+  const std::size_t wide = (p.d_model + axpy_column_quantum - 1) / axpy_column_quantum /
+                           std::max<std::size_t>(threads, 1) * axpy_column_quantum;
+  p.column_tile = p.rows > a.experts.count() ? axpy_column_quantum : std::max(wide, axpy_column_quantum);
+  workspace_layout l;
+  p.h_at = l.take(p.rows * p.h_stride * sizeof(float), region_alignment);
+  p.f_at = l.take(p.rows * p.d_model * sizeof(float), region_alignment);
+  p.rows_at = l.take(p.rows * sizeof(std::uint32_t), region_alignment);
+  p.coef_at = l.take(p.rows * sizeof(float), region_alignment);
+  p.groups_at = l.take((a.experts.count() + 2) * sizeof(std::uint32_t), region_alignment);
+  if (p.quantize_x) {
+    p.x_stride = (quantized_x_bytes(p.d_model) + region_alignment - 1) / region_alignment * region_alignment;
+    p.x_at = l.take(p.tokens * p.x_stride, region_alignment);
+  }
+  p.bytes = l.bytes;
+  return p;
+}
+
 }  // namespace actsparse::cpu

@@ -45,7 +45,7 @@ namespace reference {
 template <class Args>
 concept operation_args =
     std::same_as<Args, gemv_args> || std::same_as<Args, linear_args> || std::same_as<Args, transposed_linear_args> ||
-    std::same_as<Args, gated_ffn_args> || std::same_as<Args, token_ffn_args>;
+    std::same_as<Args, gated_ffn_args> || std::same_as<Args, token_ffn_args> || std::same_as<Args, moe_ffn_args>;
 
 namespace detail {
 
@@ -175,6 +175,31 @@ struct reference_backend {
     return status::ok();
   }
 
+  // --- y_t = Σ_p w_p · FFN_{e_p}(x_t) (+ shared) over the routing table --------------------------
+  [[nodiscard]] status can_implement(const moe_ffn_args& a) const noexcept {
+    if (!reference::handles(a.experts.act)) return status::not_handled("reference: unknown activation");
+    for (const stacked_view* s : {&a.experts.gate, &a.experts.up, &a.experts.down, &a.experts.down_t}) {
+      if (!reference::handles(s->first.type)) return status::not_handled("reference: unknown weight dtype");
+    }
+    return a.shared.gate.absent() ? status::ok() : ffn_status(a.shared);
+  }
+  // acc and f (d_model each), h (the larger d_ff of experts and shared) and one dequantized row.
+  [[nodiscard]] std::size_t workspace_size(const moe_ffn_args& a) const noexcept {
+    const std::size_t d_ff = moe_d_ff(a);
+    return (2 * a.experts.d_model() + d_ff + std::max(d_ff, a.experts.d_model())) * sizeof(float);
+  }
+  status run(const moe_ffn_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
+    constexpr std::string_view where = "reference::moe_ffn";
+    ::actsparse::check_arguments(a, where);
+    const std::size_t d_model = a.experts.d_model();
+    const std::size_t d_ff = moe_d_ff(a);
+    const std::span<float> all =
+        reference::detail::scratch(workspace, 2 * d_model + d_ff + std::max(d_ff, d_model), where);
+    reference::moe_ffn(a, all.first(d_model), all.subspan(d_model, d_model), all.subspan(2 * d_model, d_ff),
+                       all.subspan(2 * d_model + d_ff));
+    return status::ok();
+  }
+
   // can_implement, then run with a workspace of its own on an inline_executor: for tests and
   // demos, not hot paths (actsparse::run(backend, args) in ops/run.hpp does the same for any
   // backend).
@@ -196,6 +221,9 @@ struct reference_backend {
     return status::ok();
   }
 
+  static constexpr std::size_t moe_d_ff(const moe_ffn_args& a) noexcept {
+    return a.shared.gate.absent() ? a.experts.d_ff() : std::max(a.experts.d_ff(), a.shared.d_ff());
+  }
   static constexpr std::size_t scratch_floats(const gemv_args& a) noexcept {
     return a.rows.count(a.w.rows) == 0 ? 0 : a.w.cols;
   }
@@ -214,5 +242,6 @@ ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, linear_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, transposed_linear_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, gated_ffn_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, token_ffn_args);
+ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, moe_ffn_args);
 
 }  // namespace actsparse

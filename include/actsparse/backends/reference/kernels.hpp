@@ -179,4 +179,30 @@ inline void token_sparse_ffn(const ffn_layer& f, matrix_view<const float> input,
   }
 }
 
+// MoE layer: for every token t, y_t[i] = fma chain from +0 over t's pairs p (token-major
+// order) of w_p·f_p[i], f_p = dense_gated_ffn of expert e_p on x_t; then + the shared expert's
+// output when one is given. Scratch: acc and f hold d_model values, h holds the largest d_ff,
+// row max(d_model, that d_ff) values.
+inline void moe_ffn(const moe_ffn_args& a, std::span<float> acc, std::span<float> f, std::span<float> h,
+                    std::span<float> row) noexcept {
+  const routing_view& r = a.routing;
+  const bool shared = !a.shared.gate.absent();
+  for (std::size_t t = 0; t < r.tokens; ++t) {
+    const std::span<const float> x(a.input.row(t), a.input.cols);
+    for (float& v : acc) v = 0.0F;
+    for (std::uint32_t p = r.token_offsets[t]; p < r.token_offsets[t + 1]; ++p) {
+      const ffn_layer e = a.experts.expert(r.pair_expert[p]);
+      dense_gated_ffn(e, x, {}, f, h.first(e.d_ff()), row);
+      const float w = r.pair_weight[p];
+      for (std::size_t i = 0; i < acc.size(); ++i) acc[i] = madd(w, f[i], acc[i]);
+    }
+    if (shared) {
+      dense_gated_ffn(a.shared, x, {}, f, h.first(a.shared.d_ff()), row);
+      for (std::size_t i = 0; i < acc.size(); ++i) acc[i] = acc[i] + f[i];
+    }
+    float* const y = a.output.row(t);
+    for (std::size_t i = 0; i < acc.size(); ++i) y[i] = acc[i];
+  }
+}
+
 }  // namespace actsparse::reference
