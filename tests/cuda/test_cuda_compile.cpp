@@ -87,6 +87,16 @@ void check_batched_gemv(dtype t) {
   check_configs(configs);
 }
 
+// moe_gated: every activation on every dtype, rows_per_warp 1, 2 and 4.
+void check_moe_gated(dtype t) {
+  if (skip_without_nvrtc() || skip_without_ptxas()) return;
+  const gpu::kernel_op op = gpu::kernel_op::moe_gated;
+  check_configs({{op, t, activation::silu, 128, 1},
+                 {op, t, activation::gelu, 256, 2},
+                 {op, t, activation::relu, 512, 4},
+                 {op, t, activation::silu, 256, 2}});
+}
+
 }  // namespace
 
 TEST_CASE("cuda: gemv f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
@@ -206,6 +216,29 @@ TEST_CASE("cuda: gated_hidden compiles for every activation (NVRTC, ptxas sm_80 
 }
 TEST_CASE("cuda: cumulative_mass compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") {
   check_compiles(gpu::kernel_op::cumulative_mass, dtype::f32);
+}
+TEST_CASE("cuda: moe_gated f32 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") { check_moe_gated(dtype::f32); }
+TEST_CASE("cuda: moe_gated f16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") { check_moe_gated(dtype::f16); }
+TEST_CASE("cuda: moe_gated bf16 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") { check_moe_gated(dtype::bf16); }
+TEST_CASE("cuda: moe_gated q8_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") { check_moe_gated(dtype::q8_0); }
+TEST_CASE("cuda: moe_gated q4_0 compiles (NVRTC, ptxas sm_80 / sm_90, no spills)") { check_moe_gated(dtype::q4_0); }
+TEST_CASE("cuda: moe_down compiles for every dtype (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  if (skip_without_nvrtc() || skip_without_ptxas()) return;
+  std::vector<gpu::kernel_config> configs;
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+    configs.push_back({gpu::kernel_op::moe_down, t, activation::silu, 128, 1});
+    configs.push_back({gpu::kernel_op::moe_down, t, activation::silu, 256, 1});
+  }
+  check_configs(configs);
+}
+TEST_CASE("cuda: moe_route, moe_pad and moe_combine compile (NVRTC, ptxas sm_80 / sm_90, no spills)") {
+  if (skip_without_nvrtc() || skip_without_ptxas()) return;
+  std::vector<gpu::kernel_config> configs;
+  for (const auto op : {gpu::kernel_op::moe_route, gpu::kernel_op::moe_pad, gpu::kernel_op::moe_combine}) {
+    for (const unsigned threads : {128U, 256U, 1024U})
+      configs.push_back({op, dtype::f32, activation::silu, threads, 1});
+  }
+  check_configs(configs);
 }
 
 TEST_CASE("cuda: NVRTC reports a compile error with its log, caches PTX, rejects a bad arch") {

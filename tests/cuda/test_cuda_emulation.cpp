@@ -6,11 +6,14 @@
 #include "mass_selection_cases.hpp"
 #include "quantized_matrix.hpp"
 #include "simt_emulation.hpp"
+#include "test_reference_support.hpp"
 #include "token_kernel_cases.hpp"
 
 #include <actsparse/backends/cuda/generator.hpp>
+#include <actsparse/backends/reference.hpp>
 #include <actsparse/core/activation.hpp>
 #include <actsparse/core/quantize.hpp>
+#include <actsparse/core/routing.hpp>
 #include <actsparse/selectors/cumulative_mass.hpp>
 #include <actsparse/selectors/top_k.hpp>
 
@@ -20,6 +23,8 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "emulated_kernels.inc"  // generated: tests/cuda_emulation/emit_kernels.cpp
@@ -525,4 +530,334 @@ TEST_CASE("cuda emulated: cumulative_mass keeps the cumulative_mass selector's s
   actsparse_test::run_mass_cases_few([](const std::vector<float>& scores, float mass, unsigned min_keep) {
     return device_mass(emulated_41::actsparse_cumulative_mass_t96, 96, scores, mass, min_keep);
   });
+}
+
+namespace {
+
+// --- Mixture of experts -------------------------------------------------------------------
+
+constexpr unsigned int canary = 0xDEADBEEFU;
+
+using expert_lists = std::vector<std::vector<std::uint32_t>>;
+
+// A routing table from per-token expert lists (increasing), with weights in [0.05, 1).
+actsparse::routing_table make_routing(std::size_t experts, const expert_lists& lists, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> weight(0.05F, 1.0F);
+  std::vector<std::uint32_t> offsets{0};
+  std::vector<std::uint32_t> pair_expert;
+  std::vector<float> pair_weight;
+  for (const auto& l : lists) {
+    for (const std::uint32_t e : l) {
+      pair_expert.push_back(e);
+      pair_weight.push_back(weight(rng));
+    }
+    offsets.push_back(static_cast<std::uint32_t>(pair_expert.size()));
+  }
+  actsparse::routing_table r;
+  r.assign(experts, offsets, pair_expert, pair_weight);
+  return r;
+}
+
+// `tokens` lists of k distinct experts out of `allowed`, each increasing.
+expert_lists random_lists(std::size_t tokens, std::vector<std::uint32_t> allowed, std::size_t k, std::mt19937& rng) {
+  expert_lists lists;
+  for (std::size_t t = 0; t < tokens; ++t) {
+    std::shuffle(allowed.begin(), allowed.end(), rng);
+    std::vector<std::uint32_t> l(allowed.begin(), allowed.begin() + static_cast<std::ptrdiff_t>(k));
+    std::sort(l.begin(), l.end());
+    lists.push_back(std::move(l));
+  }
+  return lists;
+}
+
+// The expert-major side as moe_route writes it (one canary past each list).
+struct device_routing {
+  std::vector<unsigned int> expert_offsets;
+  std::vector<unsigned int> expert_pairs;
+  std::vector<unsigned int> expert_tokens;
+  std::vector<unsigned int> pair_position;
+};
+
+device_routing route_on_device(const actsparse::routing_table& r, bool with_position = true) {
+  const gpu::kernel_config c{gpu::kernel_op::moe_route, dtype::f32, activation::silu, 64, 1};
+  const auto experts = static_cast<unsigned int>(r.experts());
+  const auto pairs = static_cast<unsigned int>(r.pairs());
+  const auto tokens = static_cast<unsigned int>(r.tokens());
+  std::vector<unsigned int> counts(experts, 999U);
+  device_routing d{std::vector<unsigned int>(experts + 2, canary), std::vector<unsigned int>(pairs + 1, canary),
+                   std::vector<unsigned int>(pairs + 1, canary), std::vector<unsigned int>(pairs + 1, canary)};
+  const std::size_t grid = cuda::grid_blocks(c, experts, 0);
+  CHECK(grid == cuda::grid_blocks(c, experts, 1));
+  emulate_launch(grid, 64,
+                 [&] { emulated_44::actsparse_moe_count_t64(r.pair_expert().data(), pairs, experts, counts.data()); });
+  emulate_launch(grid, 64, [&] {
+    emulated_44::actsparse_moe_scatter_t64(r.token_offsets().data(), r.pair_expert().data(), tokens, pairs, experts,
+                                           counts.data(), d.expert_offsets.data(), d.expert_pairs.data(),
+                                           d.expert_tokens.data(), with_position ? d.pair_position.data() : nullptr);
+  });
+  CHECK(d.expert_offsets[experts + 1] == canary);  // nothing written past the lists
+  CHECK(d.expert_pairs[pairs] == canary);
+  CHECK(d.expert_tokens[pairs] == canary);
+  CHECK(d.pair_position[pairs] == canary);
+  d.expert_offsets.pop_back();
+  d.expert_pairs.pop_back();
+  d.expert_tokens.pop_back();
+  d.pair_position.pop_back();
+  return d;
+}
+
+template <class T>
+bool same_list(const std::vector<T>& got, std::span<const T> want) {
+  return std::equal(got.begin(), got.end(), want.begin(), want.end());
+}
+
+}  // namespace
+
+TEST_CASE("cuda emulated: moe_route gives routing_table::assign's expert-major lists, moe_pad gives pad()'s") {
+  std::mt19937 rng(70);
+  std::vector<std::uint32_t> forty(40);
+  for (std::uint32_t i = 0; i < 40; ++i) forty[i] = i;
+  const std::pair<std::size_t, expert_lists> cases[] = {
+      // Expert 3 without a token, a token without an expert, 1 to 3 experts a token.
+      {5, {{0, 2}, {1}, {}, {0, 1, 4}, {2, 4}, {0, 1, 2}, {4}}},
+      // Expert 2 takes every token, the others none.
+      {4, expert_lists(9, {2})},
+      // 135 pairs (5 chunks of 32 for each warp), the last expert without a token.
+      {7, random_lists(45, {0, 1, 2, 3, 4, 5}, 3, rng)},
+      // 40 experts: 20 blocks, and offsets summed over more than 32 experts.
+      {40, random_lists(20, forty, 4, rng)},
+      // No pair at all, and no token at all.
+      {3, {{}, {}}},
+      {3, {}},
+  };
+  for (const auto& [experts, lists] : cases) {
+    CAPTURE(experts);
+    CAPTURE(lists.size());
+    const actsparse::routing_table r = make_routing(experts, lists, 71);
+    const device_routing d = route_on_device(r);
+    CHECK(same_list(d.expert_offsets, r.expert_offsets()));
+    CHECK(same_list(d.expert_pairs, r.expert_pairs()));
+    CHECK(same_list(d.expert_tokens, r.expert_tokens()));
+    for (std::size_t q = 0; q < r.pairs(); ++q) CHECK(d.pair_position[r.expert_pairs()[q]] == q);  // the inverse
+    const device_routing without = route_on_device(r, false);  // no pair_position: the rest the same
+    CHECK(without.expert_offsets == d.expert_offsets);
+    CHECK(without.expert_pairs == d.expert_pairs);
+    CHECK(without.expert_tokens == d.expert_tokens);
+    CHECK(std::all_of(without.pair_position.begin(), without.pair_position.end(),
+                      [](unsigned int v) { return v == canary; }));
+
+    const gpu::kernel_config c{gpu::kernel_op::moe_pad, dtype::f32, activation::silu, 64, 1};
+    for (const unsigned block : {1U, 3U, 16U}) {
+      CAPTURE(block);
+      const actsparse::padded_routing want = actsparse::pad(r, block);
+      const std::size_t most = r.pairs() + std::min(r.experts(), r.pairs()) * (block - 1);
+      std::vector<unsigned int> sorted(most + 1, canary);
+      std::vector<unsigned int> block_experts(most / block + 1, canary);
+      unsigned int post = canary;
+      emulate_launch(cuda::grid_blocks(c, experts), 64, [&] {
+        emulated_45::actsparse_moe_pad_t64(d.expert_offsets.data(), d.expert_pairs.data(),
+                                           static_cast<unsigned int>(experts), block, sorted.data(),
+                                           block_experts.data(), &post);
+      });
+      REQUIRE(post == want.pairs_post_padded());
+      CHECK(std::equal(want.sorted_pair_ids.begin(), want.sorted_pair_ids.end(), sorted.begin()));
+      CHECK(std::equal(want.block_experts.begin(), want.block_experts.end(), block_experts.begin()));
+      CHECK(std::all_of(sorted.begin() + post, sorted.end(), [](unsigned int v) { return v == canary; }));
+      CHECK(std::all_of(block_experts.begin() + static_cast<std::ptrdiff_t>(want.block_experts.size()),
+                        block_experts.end(), [](unsigned int v) { return v == canary; }));
+    }
+  }
+}
+
+namespace {
+
+// One projection of E experts, stacked: expert e's rows x cols matrix starts e·expert_stride
+// bytes in, and is followed by one row of 0xff bytes (NaN in every dtype) that a kernel must
+// not read.
+struct stacked_matrix {
+  matrix m;
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  std::size_t expert_stride = 0;
+
+  [[nodiscard]] const unsigned char* expert(std::size_t e) const { return m.bytes.data() + e * expert_stride; }
+  [[nodiscard]] float value(std::size_t e, std::size_t r, std::size_t c) const {
+    return m.values[(e * (rows + 1) + r) * cols + c];
+  }
+  [[nodiscard]] Eigen::MatrixXd eigen(std::size_t e) const {
+    Eigen::MatrixXd out(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t c = 0; c < cols; ++c)
+        out(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(c)) = value(e, r, c);
+    }
+    return out;
+  }
+  [[nodiscard]] actsparse::stacked_view view(std::size_t experts) const {
+    return {actsparse::weight_view(m.bytes.data(), m.view.type, rows, cols, m.stride), experts, expert_stride};
+  }
+};
+
+stacked_matrix make_stacked(dtype t, std::size_t experts, std::size_t rows, std::size_t cols, unsigned seed) {
+  stacked_matrix s{make_matrix(t, experts * (rows + 1), cols, seed), rows, cols, 0};
+  s.expert_stride = (rows + 1) * s.m.stride;
+  for (std::size_t e = 0; e < experts; ++e)
+    std::memset(s.m.bytes.data() + e * s.expert_stride + rows * s.m.stride, 0xff, s.m.stride);
+  return s;
+}
+
+using moe_gated_fn = decltype(&emulated_47::actsparse_moe_gated_silu_f32_t64_r2);
+using moe_down_fn = decltype(&emulated_48::actsparse_moe_down_f32_t32);
+
+struct moe_kernels {
+  gpu::kernel_config gated_config;
+  moe_gated_fn gated;
+  gpu::kernel_config down_config;
+  moe_down_fn down;
+  gemv_fn gemv;  // by_dtype's, rows_per_warp 2: the bits of every dot product
+};
+
+// Phase 1, phase 2 and the combine on a small MoE layer: 4 experts (expert 1 without a token),
+// 6 tokens (the last one without an expert), 2 experts for each of the others; strided x and y.
+// Each kernel's result against the same operations on the host (bit for bit), and y against
+// the reference backend's gated FFN of each (token, expert) combined by the same fma chain:
+// both within the double-precision oracle's bound (test_reference_support.hpp).
+void check_moe_chain(const moe_kernels& k) {
+  constexpr std::size_t experts = 4;
+  constexpr std::size_t d_model = 64;
+  constexpr std::size_t d_ff = 96;
+  constexpr std::size_t x_stride = d_model + 3;
+  constexpr std::size_t y_stride = d_model + 5;
+  const dtype t = k.gated_config.weight;
+  const activation act = k.gated_config.act;
+  CAPTURE(actsparse::name(t));
+  CAPTURE(actsparse::name(act));
+  std::mt19937 rng(80);
+  expert_lists lists = random_lists(5, {0, 2, 3}, 2, rng);
+  lists.emplace_back();
+  const actsparse::routing_table r = make_routing(experts, lists, 81);
+  const std::size_t tokens = r.tokens();
+  const auto pairs = static_cast<unsigned int>(r.pairs());
+  const device_routing d = route_on_device(r);
+  REQUIRE(same_list(d.expert_offsets, r.expert_offsets()));
+  REQUIRE(same_list(d.expert_tokens, r.expert_tokens()));
+
+  const stacked_matrix gate = make_stacked(t, experts, d_ff, d_model, 82);
+  const stacked_matrix up = make_stacked(t, experts, d_ff, d_model, 83);
+  const stacked_matrix down_t = make_stacked(t, experts, d_ff, d_model, 84);  // W_downᵀ, d_ff x d_model
+  const std::vector<float> x = random_vector(tokens * x_stride, 85);
+  auto expert_of = [&](std::size_t q) { return r.pair_expert()[r.expert_pairs()[q]]; };
+
+  // Phase 1: h[q, :] = act(Gate_e x_t) * (Up_e x_t), gemv's bits.
+  std::vector<float> h(pairs * d_ff + 1, -5.0F);
+  emulate_launch(pairs, cuda::grid_blocks(k.gated_config, d_ff), k.gated_config.threads_per_block, [&] {
+    k.gated(gate.m.bytes.data(), gate.m.stride, gate.expert_stride, up.m.bytes.data(), up.m.stride, up.expert_stride,
+            x.data(), x_stride, d_model, d_ff, d.expert_offsets.data(), experts, d.expert_tokens.data(), pairs,
+            h.data());
+  });
+  const gpu::kernel_config gemv{gpu::kernel_op::gemv, t, activation::silu, 64, 2};
+  for (std::size_t q = 0; q < pairs; ++q) {
+    const float* xt = x.data() + r.expert_tokens()[q] * x_stride;
+    std::vector<float> g(d_ff);
+    std::vector<float> u(d_ff);
+    emulate_launch(cuda::grid_blocks(gemv, d_ff), 64, [&] {
+      k.gemv(gate.expert(expert_of(q)), gate.m.stride, xt, d_ff, d_model, g.data());
+      k.gemv(up.expert(expert_of(q)), up.m.stride, xt, d_ff, d_model, u.data());
+    });
+    for (std::size_t j = 0; j < d_ff; ++j) CHECK(h[q * d_ff + j] == actsparse::apply(act, g[j]) * u[j]);
+  }
+  CHECK(h[pairs * d_ff] == -5.0F);
+
+  // Phase 2: f[q, :] = row_axpy's chain over all rows of DownT_e with h[q, :].
+  std::vector<float> f(pairs * d_model + 1, -6.0F);
+  emulate_launch(pairs, cuda::grid_blocks(k.down_config, d_model), k.down_config.threads_per_block, [&] {
+    k.down(down_t.m.bytes.data(), down_t.m.stride, down_t.expert_stride, d.expert_offsets.data(), experts, h.data(),
+           pairs, d_ff, d_model, f.data());
+  });
+  for (std::size_t q = 0; q < pairs; ++q) {
+    for (std::size_t c = 0; c < d_model; ++c) {
+      float acc = 0.0F;
+      for (std::size_t j = 0; j < d_ff; ++j) acc = std::fma(h[q * d_ff + j], down_t.value(expert_of(q), j, c), acc);
+      CHECK(f[q * d_model + c] == acc);
+    }
+  }
+  CHECK(f[pairs * d_model] == -6.0F);
+
+  // Combine: y[t, :] = the fma chain over t's pairs in token-major order, from +0.
+  std::vector<float> y(tokens * y_stride, -9.0F);
+  const gpu::kernel_config combine{gpu::kernel_op::moe_combine, dtype::f32, activation::silu, 32, 1};
+  emulate_launch(tokens, cuda::grid_blocks(combine, d_model), 32, [&] {
+    emulated_46::actsparse_moe_combine_t32(f.data(), d_model, r.token_offsets().data(), r.pair_weight().data(),
+                                           d.pair_position.data(), static_cast<unsigned int>(tokens), y.data(),
+                                           y_stride);
+  });
+  for (std::size_t tok = 0; tok < tokens; ++tok) {
+    for (std::size_t c = 0; c < d_model; ++c) {
+      float acc = 0.0F;
+      for (std::uint32_t p = r.token_offsets()[tok]; p < r.token_offsets()[tok + 1]; ++p)
+        acc = std::fma(r.pair_weight()[p], f[d.pair_position[p] * d_model + c], acc);
+      CHECK(y[tok * y_stride + c] == acc);
+    }
+    for (std::size_t c = d_model; c < y_stride; ++c) CHECK(y[tok * y_stride + c] == -9.0F);  // the stride's gap
+  }
+  CHECK(std::signbit(y[(tokens - 1) * y_stride]) == false);  // a token without experts: +0
+  CHECK(y[(tokens - 1) * y_stride] == 0.0F);
+
+  // The reference backend's gated FFN of each pair, combined in token-major order, and the
+  // double-precision oracle (the same combine of ffn_oracle's values, the bounds propagated).
+  const actsparse::moe_experts layer{act, gate.view(experts), up.view(experts), actsparse::stacked_view{},
+                                     down_t.view(experts)};
+  for (std::size_t tok = 0; tok < tokens; ++tok) {
+    CAPTURE(tok);
+    const std::span<const float> xt(x.data() + tok * x_stride, d_model);
+    std::vector<float> want(d_model, 0.0F);
+    constexpr auto n = static_cast<Eigen::Index>(d_model);
+    reference_test::oracle exact{Eigen::VectorXd::Zero(n), Eigen::VectorXd::Zero(n)};
+    Eigen::VectorXd magnitude = Eigen::VectorXd::Zero(n);
+    const std::uint32_t b = r.token_offsets()[tok];
+    const std::uint32_t e = r.token_offsets()[tok + 1];
+    for (std::uint32_t p = b; p < e; ++p) {
+      const std::uint32_t ex = r.pair_expert()[p];
+      const float w = r.pair_weight()[p];
+      const double wd = w;
+      std::vector<float> fp(d_model);
+      REQUIRE(actsparse::reference_backend{}.run_with_scratch(
+          actsparse::gated_ffn_args{layer.expert(ex), xt, fp, actsparse::subset::everything()}));
+      for (std::size_t c = 0; c < d_model; ++c) want[c] = std::fma(w, fp[c], want[c]);
+      const reference_test::oracle o = reference_test::ffn_oracle(
+          act, gate.eigen(ex), up.eigen(ex), down_t.eigen(ex).transpose(), xt, actsparse::subset::everything());
+      exact.value += wd * o.value;
+      exact.bound += std::abs(wd) * o.bound;
+      magnitude += std::abs(wd) * (o.value.cwiseAbs() + o.bound);
+    }
+    exact.bound += reference_test::dot_factor(e - b) * magnitude;
+    const std::span<const float> got(y.data() + tok * y_stride, d_model);
+    reference_test::check_within(got, exact);
+    reference_test::check_within(want, exact);
+    for (std::size_t c = 0; c < d_model; ++c) {  // the CPU oracle: both within the bound of the exact value
+      CHECK(std::abs(static_cast<double>(got[c]) - want[c]) <= 2.0 * exact.bound(static_cast<Eigen::Index>(c)));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda emulated: the MoE expert FFN (moe_gated, moe_down, moe_combine) against the reference backend") {
+  using op = gpu::kernel_op;
+  check_moe_chain({{op::moe_gated, dtype::f32, activation::silu, 64, 2},
+                   emulated_47::actsparse_moe_gated_silu_f32_t64_r2,
+                   {op::moe_down, dtype::f32, activation::silu, 32, 1},
+                   emulated_48::actsparse_moe_down_f32_t32,
+                   by_dtype[0].gemv});
+  check_moe_chain({{op::moe_gated, dtype::q4_0, activation::silu, 64, 2},
+                   emulated_49::actsparse_moe_gated_silu_q4_0_t64_r2,
+                   {op::moe_down, dtype::q4_0, activation::silu, 32, 1},
+                   emulated_50::actsparse_moe_down_q4_0_t32,
+                   by_dtype[4].gemv});
+  // gelu, one row per warp, three warps per block; f16 with two warps per column block.
+  check_moe_chain({{op::moe_gated, dtype::f16, activation::gelu, 96, 1},
+                   emulated_51::actsparse_moe_gated_gelu_f16_t96,
+                   {op::moe_down, dtype::f16, activation::silu, 64, 1},
+                   emulated_52::actsparse_moe_down_f16_t64,
+                   by_dtype[1].gemv});
 }

@@ -4,7 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <iterator>
 #include <string>
+#include <vector>
 
 namespace cuda = actsparse::cuda;
 namespace gpu = actsparse::gpu;
@@ -211,8 +213,71 @@ TEST_CASE("cuda: invalid configs of the split, gated, batched and selection ops 
   CHECK(message_of(c).find("only batched_gemv") != std::string::npos);
   c = {op::cumulative_mass, dtype::f32, activation::silu, 48};
   CHECK(message_of(c).find("a multiple of 32") != std::string::npos);
-  c = {static_cast<op>(13), dtype::f32};
+  c = {static_cast<op>(std::size(gpu::ops)), dtype::f32};
   CHECK(message_of(c).find("cumulative_mass") != std::string::npos);  // the list of ops names the new ones
+  CHECK(message_of(c).find("moe_combine") != std::string::npos);
+}
+
+TEST_CASE("cuda: the MoE ops: names, text, launch shapes, rejected configs") {
+  using op = gpu::kernel_op;
+  CHECK(cuda::kernel_names({op::moe_route, dtype::f32, activation::silu, 128}) ==
+        std::vector<std::string>{"actsparse_moe_count_t128", "actsparse_moe_scatter_t128"});
+  CHECK(cuda::kernel_names({op::moe_pad, dtype::f32}) == std::vector<std::string>{"actsparse_moe_pad_t256"});
+  CHECK(cuda::kernel_names({op::moe_gated, dtype::q4_0, activation::gelu, 256, 2}) ==
+        std::vector<std::string>{"actsparse_moe_gated_gelu_q4_0_t256_r2"});
+  CHECK(cuda::kernel_names({op::moe_down, dtype::bf16, activation::silu, 64}) ==
+        std::vector<std::string>{"actsparse_moe_down_bf16_t64"});
+  CHECK(cuda::kernel_names({op::moe_combine, dtype::f32, activation::relu, 512}) ==
+        std::vector<std::string>{"actsparse_moe_combine_t512"});
+
+  std::vector<gpu::kernel_config> configs = {{op::moe_route, dtype::f32, activation::silu, 128},
+                                             {op::moe_pad, dtype::f32, activation::silu, 128},
+                                             {op::moe_combine, dtype::f32, activation::silu, 128}};
+  for (const auto t : all_dtypes) {
+    configs.push_back({op::moe_gated, t, activation::gelu, 128, 4});
+    configs.push_back({op::moe_down, t, activation::silu, 128, 1});
+  }
+  for (const gpu::kernel_config& c : configs) {
+    CAPTURE(gpu::name(c.op));
+    CAPTURE(actsparse::name(c.weight));
+    const std::string s = cuda::generate_cuda(c);
+    CHECK(s == cuda::generate_cuda(c));
+    CHECK(s.find('$') == std::string::npos);
+    for (const auto& n : cuda::kernel_names(c))
+      CHECK(s.find("GPU_KERNEL void __launch_bounds__(128) " + n + "(") != std::string::npos);
+    CHECK(s.find("atomic") == std::string::npos);
+    const bool weights = c.op == op::moe_gated || c.op == op::moe_down;
+    CHECK((s.find("actsparse_decode_" + std::string(actsparse::name(c.weight)) + "(") != std::string::npos) == weights);
+  }
+  CHECK(cuda::generate_cuda({op::moe_gated, dtype::f16, activation::silu}) !=
+        cuda::generate_cuda({op::moe_gated, dtype::f16, activation::gelu}));
+
+  // Launch shapes: a warp per expert; the 2-D kernels' second dimension.
+  CHECK(cuda::grid_blocks({op::moe_route, dtype::f32, activation::silu, 256}, 64, 0) == 8);
+  CHECK(cuda::grid_blocks({op::moe_route, dtype::f32, activation::silu, 256}, 65, 1) == 9);
+  CHECK_THROWS_AS((void)cuda::grid_blocks({op::moe_route, dtype::f32}, 64, 2), actsparse::error);
+  CHECK(cuda::grid_blocks({op::moe_pad, dtype::f32, activation::silu, 64}, 5) == 3);
+  CHECK(cuda::grid_blocks({op::moe_gated, dtype::q4_0, activation::silu, 256, 2}, 17) == 2);  // 16 rows a block
+  CHECK(cuda::grid_blocks({op::moe_down, dtype::q8_0, activation::silu, 128}, 4096) == 1);    // 128 x 32 columns
+  CHECK(cuda::grid_blocks({op::moe_down, dtype::f32, activation::silu, 128}, 4096) == 32);
+  CHECK(cuda::grid_blocks({op::moe_combine, dtype::f32, activation::silu, 128}, 129) == 2);
+
+  gpu::kernel_config c{op::moe_route, dtype::q4_0};
+  CHECK(message_of(c).find("f32 for moe_route") != std::string::npos);
+  c = {op::moe_route, dtype::f32, activation::silu, 256, 2};
+  CHECK(message_of(c).find("1 for moe_route (one warp per expert)") != std::string::npos);
+  c = {op::moe_pad, dtype::f32, activation::silu, 256, 4};
+  CHECK(message_of(c).find("1 for moe_pad") != std::string::npos);
+  c = {op::moe_down, dtype::f16, activation::silu, 256, 2};
+  CHECK(message_of(c).find("1 for moe_down") != std::string::npos);
+  c = {op::moe_combine, dtype::bf16};
+  CHECK(message_of(c).find("f32 for moe_combine") != std::string::npos);
+  c = {op::moe_gated, dtype::f32, static_cast<activation>(7)};
+  CHECK(message_of(c).find("silu, gelu or relu") != std::string::npos);
+  c = {op::moe_gated, dtype::f32, activation::silu, 256, 3};
+  CHECK(message_of(c).find("1, 2, 4 or 8") != std::string::npos);
+  c = {op::moe_gated, dtype::f32, activation::silu, 256, 1, 2};
+  CHECK(message_of(c).find("only batched_gemv") != std::string::npos);
 }
 
 TEST_CASE("cuda: the prelude gives the kernels C linkage, and the decoders' sizes come from core's dtype table") {

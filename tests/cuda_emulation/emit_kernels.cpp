@@ -47,5 +47,14 @@ int main(int argc, char** argv) {
   emit({gpu::kernel_op::cumulative_mass, dtype::f32, activation::silu, 96, 1});
   emit({gpu::kernel_op::batched_gemv, dtype::q8_0, activation::silu, 32, 1, 8});
   emit({gpu::kernel_op::batched_gemv, dtype::bf16, activation::silu, 96, 4, 1});  // 43
+  emit({gpu::kernel_op::moe_route, dtype::f32, activation::silu, 64, 1});         // 44
+  emit({gpu::kernel_op::moe_pad, dtype::f32, activation::silu, 64, 1});
+  emit({gpu::kernel_op::moe_combine, dtype::f32, activation::silu, 32, 1});
+  for (const dtype t : {dtype::f32, dtype::q4_0}) {  // 47 .. 50
+    emit({gpu::kernel_op::moe_gated, t, activation::silu, 64, 2});
+    emit({gpu::kernel_op::moe_down, t, activation::silu, 32, 1});
+  }
+  emit({gpu::kernel_op::moe_gated, dtype::f16, activation::gelu, 96, 1});  // 51
+  emit({gpu::kernel_op::moe_down, dtype::f16, activation::silu, 64, 1});
   return out ? 0 : 1;
 }

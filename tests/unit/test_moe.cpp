@@ -545,3 +545,44 @@ TEST_CASE("moe_ffn: routes and runs; an inner neuron-sparse op keeping every neu
   CHECK_THROWS_WITH_AS(dense(0, overlap, lg, in, matrix_view<float>::packed(y.data(), tokens, d_model), s, ex),
                        doctest::Contains("expert_stride"), error);
 }
+
+TEST_CASE(
+    "moe_ffn_args: one token over wide rows (the decode path: whole-row column ranges, chunked down) equals the "
+    "per-token loop") {
+  std::mt19937 rng(41);
+  const std::size_t n_experts = 4, d_model = 256, d_ff = 2048;
+  for (const dtype type : {dtype::f32, dtype::q4_0}) {
+    INFO(name(type));
+    const moe_weights w(type, n_experts, d_model, d_ff, rng);
+    const moe_experts x = w.experts(true);
+    const std::vector<float> input = random_vector(d_model, rng);
+    routing_table t;
+    t.assign(n_experts, std::vector<std::uint32_t>{0, 2}, std::vector<std::uint32_t>{1, 3},
+             std::vector<float>{0.7F, 0.3F});
+    const cpu_backend cpu;
+    REQUIRE(cpu.plan(moe_ffn_args{x, t.view(), matrix_view<const float>::packed(input.data(), 1, d_model), {}, {}}, 1)
+                .column_tile > cpu::axpy_column_quantum);
+    const std::vector<float> loop = per_token_loop(cpu, x, t, input, w.shared());
+    std::vector<float> ref(d_model);
+    REQUIRE(reference_backend{}.run_with_scratch(
+        moe_ffn_args{x, t.view(), matrix_view<const float>::packed(input.data(), 1, d_model),
+                     matrix_view<float>::packed(ref.data(), 1, d_model), w.shared()}));
+    for (const std::size_t threads : {1U, 2U, 3U}) {
+      cpu::thread_pool pool(threads);
+      cpu::executor ex(pool);
+      std::vector<float> y(d_model);
+      std::vector<std::byte> ws;
+      REQUIRE(run(cpu,
+                  moe_ffn_args{x, t.view(), matrix_view<const float>::packed(input.data(), 1, d_model),
+                               matrix_view<float>::packed(y.data(), 1, d_model), w.shared()},
+                  ws, ex));
+      if (cpu::detail::fused_multiply_add()) CHECK(same_bits(y, loop));
+      double err = 0.0, norm = 0.0;
+      for (std::size_t i = 0; i < d_model; ++i) {
+        err = std::max(err, static_cast<double>(std::fabs(y[i] - ref[i])));
+        norm = std::max(norm, static_cast<double>(std::fabs(ref[i])));
+      }
+      CHECK(err <= (type == dtype::f32 ? 1e-4 : 0.1) * norm);
+    }
+  }
+}

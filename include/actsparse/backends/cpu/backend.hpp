@@ -358,6 +358,7 @@ struct cpu_backend {
     auto* const comb_rows = reinterpret_cast<std::uint32_t*>(ws + p.rows_at);
     auto* const coef = reinterpret_cast<float*>(ws + p.coef_at);
     auto* const groups = reinterpret_cast<std::uint32_t*>(ws + p.groups_at);  // count, then experts
+    auto* const sums = reinterpret_cast<float*>(ws + p.sums_at);              // wide column tiles: chunk sums per group
     const auto quantized = [&](std::size_t t) { return cpu::quantized_at(ws + p.x_at + t * p.x_stride, d_model); };
     const cpu::kernel_tuning& kt = tuning.kernels;
 
@@ -409,13 +410,18 @@ struct cpu_backend {
     };
     // (group, block) of a task over blocks of `per` units of each group's `extent(e)`.
     const std::size_t n_groups = groups[0];
+    // (expert, block, group index) of a task over blocks of `per` units of each group's extent(e).
+    struct task_at {
+      std::uint32_t e;
+      std::size_t block, slot;
+    };
     const auto locate = [&](std::size_t task, auto extent, std::size_t per) {
       for (std::size_t g = 0; g < n_groups; ++g) {
         const std::size_t blocks = (extent(groups[1 + g]) + per - 1) / per;
-        if (task < blocks) return std::pair<std::uint32_t, std::size_t>{groups[1 + g], task};
+        if (task < blocks) return task_at{groups[1 + g], task, g};
         task -= blocks;
       }
-      return std::pair<std::uint32_t, std::size_t>{0, 0};
+      return task_at{0, 0, 0};
     };
     const auto count_tasks = [&](auto extent, std::size_t per) {
       std::size_t n = 0;
@@ -424,17 +430,23 @@ struct cpu_backend {
     };
     const auto d_ff_of = [&](std::uint32_t e) { return group_layer(e).d_ff(); };
     constexpr std::size_t group8 = 8;
+    constexpr std::size_t few_tokens = 4;
     ex.parallel_for(count_tasks(d_ff_of, cpu::rows_per_task), [&](std::size_t task) {
-      const auto [e, block] = locate(task, d_ff_of, cpu::rows_per_task);
+      const auto [e, block, slot] = locate(task, d_ff_of, cpu::rows_per_task);
+      (void)slot;
       const ffn_layer L = group_layer(e);
       const bool up8 = e == experts ? p.shared_up_int8 : p.up_int8;
       const bool gate8 = e == experts ? p.shared_gate_int8 : p.gate_int8;
       const std::size_t begin = block * cpu::rows_per_task;
       const std::size_t end = std::min(begin + cpu::rows_per_task, L.d_ff());
-      float g[group8];
-      for (std::size_t rb = begin; rb < end; rb += group8) {
-        const std::size_t re = std::min(rb + group8, end);
-        for (std::size_t i = 0, n = group_size(e); i < n; ++i) {
+      const std::size_t n = group_size(e);
+      // Few tokens: each token's rows of the block in two calls (up, then gate), the decode
+      // FFN's streams; many tokens: 8 rows at a time for every token, while they sit in L1.
+      const std::size_t step = n <= few_tokens ? end - begin : group8;
+      float g[cpu::rows_per_task];
+      for (std::size_t rb = begin; rb < end; rb += step) {
+        const std::size_t re = std::min(rb + step, end);
+        for (std::size_t i = 0; i < n; ++i) {
           const std::size_t t = group_token(e, i);
           float* const hr = h + group_row(e, i) * p.h_stride + rb;
           rows_of(L.up, up8, t, rb, re, hr);
@@ -449,19 +461,26 @@ struct cpu_backend {
     const auto phase2_extent = [&](std::uint32_t) { return d_model; };
     const std::size_t per2 = std::max(p.column_tile, cpu::rows_per_task);  // columns (down_t) or rows (down)
     ex.parallel_for(count_tasks(phase2_extent, per2), [&](std::size_t task) {
-      const auto [e, block] = locate(task, phase2_extent, per2);
+      const auto [e, block, slot] = locate(task, phase2_extent, per2);
       const ffn_layer L = group_layer(e);
       const std::size_t n = group_size(e);
       const std::size_t c0 = block * per2;
       const std::size_t c1 = std::min(c0 + per2, d_model);
       if (by_down_t(e)) {
         const cpu::row_chunks ch = cpu::cut_rows(L.d_ff(), nullptr, L.d_ff());
-        float sum[cpu::axpy_column_quantum];
-        for (std::size_t i = 0; i < n; ++i) {
-          const std::size_t row = group_row(e, i);
-          for (std::size_t c = c0; c < c1; c += cpu::axpy_column_quantum) {
-            cpu::axpy_chunks_in_columns(L.down_t, nullptr, h + row * p.h_stride, ch, c,
-                                        std::min(c + cpu::axpy_column_quantum, c1), f + row * d_model, sum, kt);
+        if (p.column_tile > cpu::axpy_column_quantum) {  // few tokens: the task's columns of whole rows
+          float* const sum = sums + slot * d_model + c0;
+          for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t row = group_row(e, i);
+            cpu::axpy_chunks_in_columns(L.down_t, nullptr, h + row * p.h_stride, ch, c0, c1, f + row * d_model, sum,
+                                        kt);
+          }
+        } else {  // 64-column tiles, each reused from the cache by every token
+          float sum[cpu::axpy_column_quantum];
+          for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t row = group_row(e, i);
+            cpu::axpy_chunks_in_columns(L.down_t, nullptr, h + row * p.h_stride, ch, c0, c1, f + row * d_model, sum,
+                                        kt);
           }
         }
       } else {

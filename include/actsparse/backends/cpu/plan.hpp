@@ -267,6 +267,7 @@ struct moe_plan {
   std::size_t rows_at = 0;      // u32 [rows]: the combine's row list, token by token
   std::size_t coef_at = 0;      // f32 [rows]: the combine's coefficient of each row of f
   std::size_t groups_at = 0;    // u32 [experts + 2]: the groups' experts (shared: experts)
+  std::size_t sums_at = 0;      // wide column tiles: f32 [(experts + 1) x d_model] chunk sums
   std::size_t x_at = 0;         // quantize_x: every token's input quantized
   std::size_t x_stride = 0;
   std::size_t bytes = 0;
@@ -295,6 +296,9 @@ struct moe_plan {
   p.rows_at = l.take(p.rows * sizeof(std::uint32_t), region_alignment);
   p.coef_at = l.take(p.rows * sizeof(float), region_alignment);
   p.groups_at = l.take((a.experts.count() + 2) * sizeof(std::uint32_t), region_alignment);
+  if (p.column_tile > axpy_column_quantum) {
+    p.sums_at = l.take((a.experts.count() + 1) * p.d_model * sizeof(float), region_alignment);
+  }
   if (p.quantize_x) {
     p.x_stride = (quantized_x_bytes(p.d_model) + region_alignment - 1) / region_alignment * region_alignment;
     p.x_at = l.take(p.tokens * p.x_stride, region_alignment);

@@ -71,6 +71,50 @@
 //                floats); each value takes gemv's operations for its token: gemv's bits.
 //                grid: ceil(rows / (T/32·R)). Registers grow with R·B (the compile tests keep
 //                the configs they assemble free of spills).
+// Mixture of experts (moe_source.hpp; the layouts of core/op_args.hpp, "Mixture of experts", and
+// core/routing.hpp). P pairs, E experts; expert e's matrix of a stacked projection starts
+// e·expert_stride bytes after expert 0's. The expert of expert-major position q is the e with
+// expert_offsets[e] <= q < expert_offsets[e+1] (found by bisection in each kernel that needs it).
+// Launch nothing on an empty grid (P, E or tokens 0). One layer runs moe_route (once per call,
+// shared by every projection), then moe_gated, moe_down, moe_combine.
+//   moe_route:   the expert-major side of a routing table from its token-major side, exactly
+//                routing_table::assign's (a stable counting sort: within an expert, its pairs in
+//                token-major order). Two kernels, in order, on the same grid, ceil(E / (T/32)),
+//                one warp per expert (rows_per_warp 1):
+//                actsparse_moe_count_t<T>(pair_expert, pairs, experts, counts)
+//                  counts[e] = #{p : pair_expert[p] == e} (counts: E u32 of scratch)
+//                actsparse_moe_scatter_t<T>(token_offsets, pair_expert, tokens, pairs, experts, counts,
+//                expert_offsets, expert_pairs, expert_tokens, pair_position)
+//                  expert_offsets (E+1) = the exclusive sums of counts; expert e's warp walks the
+//                  pairs in order, 32 at a time, and writes each of its own at the next place:
+//                  expert_pairs[q] = p, expert_tokens[q] = the token of p, pair_position[p] = q
+//                  (the inverse permutation, which moe_combine reads; nullptr: not written).
+//   moe_pad:     actsparse_moe_pad_t<T>(expert_offsets, expert_pairs, experts, block, sorted_pair_ids,
+//                block_experts, pairs_post_padded)   (vLLM's fused-MoE inputs, core's pad())
+//                each expert's run of expert_pairs padded with the sentinel P up to a multiple of
+//                block, experts without pairs left out; block_experts[b] = the expert of block b;
+//                *pairs_post_padded = the padded length (at most P + min(E, P)·(block − 1)).
+//                grid: ceil(E / (T/32)), one warp per expert.
+//   moe_gated:   actsparse_moe_gated_<act>_<dt>_t<T>[_r<R>](gate, gate_stride, gate_expert_stride, up,
+//                up_stride, up_expert_stride, x, x_stride, cols, d_ff, expert_offsets, experts,
+//                expert_tokens, pairs, h)   (phase 1: the hidden values of every pair)
+//                with e the expert of q and t = expert_tokens[q]: h[q·d_ff + j] = act(Gate_e[j,:]·x_t)
+//                · (Up_e[j,:]·x_t) (x_t = x + t·x_stride floats, cols = d_model). gated_gather's
+//                operations: act(gemv(Gate_e, x_t)[j]) · gemv(Up_e, x_t)[j] bit for bit.
+//                grid: (P, ceil(d_ff / (T/32·R))) (Metal: flattened, q = group % P).
+//   moe_down:    actsparse_moe_down_<dt>_t<T>(wt, row_stride, expert_stride, expert_offsets, experts, h,
+//                pairs, d_ff, cols, f)   (phase 2: each pair's expert output)
+//                f[q·cols + c] = Σ_j h[q·d_ff + j]·DownT_e[j, c] (DownT_e = expert e's W_downᵀ,
+//                d_ff x cols, cols = d_model), row_axpy's chain: each thread owns one storage
+//                element and runs acc = fma(h, w, acc) from 0 over j ascending.
+//                grid: (P, ceil(cols / bv / T)).
+//   moe_combine: actsparse_moe_combine_t<T>(f, cols, token_offsets, pair_weight, pair_position, tokens,
+//                y, y_stride)
+//                y[t·y_stride + c] = the fma chain from +0 over t's pairs p in token-major order:
+//                acc = fma(pair_weight[p], f[pair_position[p]·cols + c], acc) (a token without pairs
+//                gets +0; no shared expert: add it after). One thread per (t, c).
+//                grid: (tokens, ceil(cols / T)).
+//                The MoE ops are CUDA only (metal::dialect does not list them).
 // Every kernel has a fixed work partition and fixed reduction orders, no float atomics: the
 // same inputs give the same bits on every run.
 //
@@ -80,6 +124,7 @@
 
 #include <actsparse/backends/gpu/device_math.hpp>
 #include <actsparse/backends/gpu/kernel_source.hpp>
+#include <actsparse/backends/gpu/moe_source.hpp>
 #include <actsparse/backends/gpu/selection_source.hpp>
 #include <actsparse/core/activation.hpp>
 #include <actsparse/core/dtype.hpp>
@@ -110,13 +155,18 @@ enum class kernel_op : std::uint8_t {
   gated_gather,
   gated_hidden,
   batched_gemv,
-  cumulative_mass
+  cumulative_mass,
+  moe_route,
+  moe_pad,
+  moe_gated,
+  moe_down,
+  moe_combine
 };
 
 struct kernel_config {
   kernel_op op = kernel_op::gemv;
   dtype weight = dtype::f32;
-  activation act = activation::silu;  // gate_select, gated_gather and gated_hidden only
+  activation act = activation::silu;  // gate_select, gated_gather, gated_hidden and moe_gated only
   unsigned threads_per_block = 256;   // a multiple of 32 in [32, 1024]
   unsigned rows_per_warp = 1;         // 1, 2, 4 or 8 rows share each load of x (the warp-per-row ops; else 1)
   unsigned tokens_per_pass = 1;       // batched_gemv: 1, 2, 4 or 8 tokens share each weight load (else 1)
@@ -219,7 +269,21 @@ inline constexpr kernel_text mass_kernels[] = {{"actsparse_cumulative_mass$SUFFI
                                                 p::tid | p::lane | p::warp, grid_rule::single,
                                                 source::cumulative_mass}};
 
+inline constexpr kernel_text moe_route_kernels[] = {
+    {"actsparse_moe_count$SUFFIX", source::moe_count_params, rows_positions, grid_rule::rows, source::moe_count},
+    {"actsparse_moe_scatter$SUFFIX", source::moe_scatter_params, rows_positions, grid_rule::rows, source::moe_scatter}};
+inline constexpr kernel_text moe_pad_kernels[] = {
+    {"actsparse_moe_pad$SUFFIX", source::moe_pad_params, rows_positions, grid_rule::rows, source::moe_pad}};
+inline constexpr kernel_text moe_gated_kernels[] = {{"actsparse_moe_gated_$ACT_$DT$SUFFIX", source::moe_gated_params,
+                                                     p::lane | p::warp | p::grid_2d, grid_rule::rows,
+                                                     source::moe_gated}};
+inline constexpr kernel_text moe_down_kernels[] = {{"actsparse_moe_down_$DT$SUFFIX", source::moe_down_params,
+                                                    p::tid | p::grid_2d, grid_rule::elements, source::moe_down}};
+inline constexpr kernel_text moe_combine_kernels[] = {{"actsparse_moe_combine$SUFFIX", source::moe_combine_params,
+                                                       p::tid | p::grid_2d, grid_rule::threads, source::moe_combine}};
+
 inline constexpr std::string_view per_token = "one $BLOCK per token";
+inline constexpr std::string_view per_expert = "one $WARP per expert";
 inline constexpr std::string_view one_block = "one $BLOCK";
 inline constexpr std::string_view elementwise = "elementwise";
 inline constexpr std::string_view owns_columns = "each thread owns columns and loops over the kept rows";
@@ -243,6 +307,32 @@ inline constexpr op_entry ops[] = {
     {kernel_op::batched_gemv, "batched_gemv", detail::batched_kernels, false, {}, false, true},
     {kernel_op::cumulative_mass, "cumulative_mass", detail::mass_kernels, true, detail::one_block, false, false, true,
      true},
+    {.op = kernel_op::moe_route,
+     .name = "moe_route",
+     .kernels = detail::moe_route_kernels,
+     .reads_f32 = true,
+     .one_row = detail::per_expert,
+     .helpers = source::moe_segment},
+    {.op = kernel_op::moe_pad,
+     .name = "moe_pad",
+     .kernels = detail::moe_pad_kernels,
+     .reads_f32 = true,
+     .one_row = detail::per_expert},
+    {.op = kernel_op::moe_gated,
+     .name = "moe_gated",
+     .kernels = detail::moe_gated_kernels,
+     .uses_act = true,
+     .helpers = source::moe_segment},
+    {.op = kernel_op::moe_down,
+     .name = "moe_down",
+     .kernels = detail::moe_down_kernels,
+     .one_row = detail::owns_columns,
+     .helpers = source::moe_segment},
+    {.op = kernel_op::moe_combine,
+     .name = "moe_combine",
+     .kernels = detail::moe_combine_kernels,
+     .reads_f32 = true,
+     .one_row = detail::elementwise},
 };
 
 // The entry of op; nullptr for a value outside the enum.
@@ -333,7 +423,7 @@ inline std::string activation_list() {
 }
 
 inline std::string with_block(std::string_view text, const dialect& d) {
-  const key k[] = {{"BLOCK", std::string(d.block)}};
+  const key k[] = {{"BLOCK", std::string(d.block)}, {"WARP", std::string(d.warp)}};
   return substitute(text, k);
 }
 
@@ -424,7 +514,9 @@ namespace detail {
 // Blocks to launch kernel_names(c)[kernel] on for n = rows (gemv, gate_select, batched_gemv),
 // count (gather_gemv, gated_gather, gather_values), cols (row_axpy, both kernels of
 // row_axpy_split: the partial kernel's blocks of one split), n (gated_hidden), tokens (the token
-// ops); top_k and cumulative_mass take 1 block.
+// ops), experts (moe_route, moe_pad); top_k and cumulative_mass take 1 block. The 2-D MoE
+// kernels take this as their grid's y: n = d_ff (moe_gated), cols = d_model (moe_down,
+// moe_combine); their x is pairs (tokens for moe_combine).
 [[nodiscard]] inline std::size_t grid_blocks(const kernel_config& c, std::size_t n, std::size_t kernel,
                                              const dialect& d) {
   const op_entry& e = validate(c, d);
