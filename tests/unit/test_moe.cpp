@@ -586,3 +586,35 @@ TEST_CASE(
     }
   }
 }
+
+TEST_CASE("cpu gemm_rows (several tokens per weight load) equals gemv_rows per token bit for bit, every target") {
+  std::mt19937 rng(77);
+  for (const dtype type : {dtype::f32, dtype::f16, dtype::bf16}) {
+    for (const std::size_t cols : {64U, 67U, 200U}) {
+      INFO(name(type), " cols ", cols);
+      const std::size_t rows = 7;
+      const std::size_t tokens = 7;
+      const actsparse_test::quantized_matrix m = actsparse_test::make_quantized_matrix(type, rows, cols, rng);
+      const std::vector<float> x = random_vector(tokens * cols, rng);
+      cpu_test::for_each_target([&] {
+        std::vector<float> y(tokens * rows, -1.0F);
+        std::vector<const float*> xs;
+        std::vector<float*> ys;
+        for (std::size_t t = 0; t < tokens; ++t) {
+          xs.push_back(x.data() + t * cols);
+          ys.push_back(y.data() + t * rows);
+        }
+        cpu::detail::gemm_rows(m.view, 1, rows, xs.data(), tokens, ys.data());
+        for (std::size_t t = 0; t < tokens; ++t) {
+          std::vector<float> want(rows, -1.0F);
+          cpu::detail::gemv_rows(m.view, nullptr, 1, rows, x.data() + t * cols, want.data());
+          CHECK(same_bits(std::span<const float>(y.data() + t * rows, rows), want));
+        }
+      });
+    }
+  }
+  const actsparse_test::quantized_matrix q = actsparse_test::make_quantized_matrix(dtype::q4_0, 2, 32, rng);
+  const float* x0 = nullptr;
+  float* y0 = nullptr;
+  CHECK_THROWS_WITH_AS(cpu::detail::gemm_rows(q.view, 0, 2, &x0, 1, &y0), doctest::Contains("f32, f16 or bf16"), error);
+}

@@ -440,10 +440,40 @@ struct cpu_backend {
       const std::size_t begin = block * cpu::rows_per_task;
       const std::size_t end = std::min(begin + cpu::rows_per_task, L.d_ff());
       const std::size_t n = group_size(e);
-      // Few tokens: each token's rows of the block in two calls (up, then gate), the decode
-      // FFN's streams; many tokens: 8 rows at a time for every token, while they sit in L1.
-      const std::size_t step = n <= few_tokens ? end - begin : group8;
       float g[cpu::rows_per_task];
+      if (n > few_tokens && !up8 && !gate8) {         // f32 / f16 / bf16: several tokens per weight load
+        const auto sub = [&](const weight_view& w) {  // rows begin .. end as rows 0 ..
+          weight_view v = w;
+          v.data = static_cast<const std::byte*>(w.data) + begin * w.row_stride;
+          v.rows = end - begin;
+          return v;
+        };
+        const weight_view up_rows = sub(L.up);
+        const weight_view gate_rows = sub(L.gate);
+        constexpr std::size_t chunk = 16;
+        float gates[chunk][cpu::rows_per_task];
+        const float* xs[chunk];
+        float* hs[chunk];
+        float* gs[chunk];
+        for (std::size_t i0 = 0; i0 < n; i0 += chunk) {
+          const std::size_t c = std::min(chunk, n - i0);
+          for (std::size_t i = 0; i < c; ++i) {
+            xs[i] = a.input.row(group_token(e, i0 + i));
+            hs[i] = h + group_row(e, i0 + i) * p.h_stride + begin;
+            gs[i] = gates[i];
+          }
+          cpu::detail::gemm_rows(up_rows, 0, end - begin, xs, c, hs);
+          cpu::detail::gemm_rows(gate_rows, 0, end - begin, xs, c, gs);
+          for (std::size_t i = 0; i < c; ++i) {
+            cpu::detail::activate(L.act, gs[i], end - begin);
+            for (std::size_t j = 0; j < end - begin; ++j) hs[i][j] *= gs[i][j];
+          }
+        }
+        return;
+      }
+      // Few tokens: each token's rows of the block in two calls (up, then gate), the decode
+      // FFN's streams; many tokens (int8 path): 8 rows at a time for every token, while they sit in L1.
+      const std::size_t step = n <= few_tokens ? end - begin : group8;
       for (std::size_t rb = begin; rb < end; rb += step) {
         const std::size_t re = std::min(rb + step, end);
         for (std::size_t i = 0; i < n; ++i) {

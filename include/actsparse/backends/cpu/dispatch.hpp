@@ -19,6 +19,12 @@ namespace actsparse::cpu::detail {
 void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end, const float* x,
                float* y, const kernel_tuning& t = {});
 
+// y[t][k] = W[k, :] · x[t] for k in [begin, end) and the tokens t < count: the weights read
+// once for several tokens (f32, f16, bf16; else an error). Each value equals gemv_rows's for
+// that row and token bit for bit.
+void gemm_rows(const weight_view& w, std::size_t begin, std::size_t end, const float* const* x, std::size_t count,
+               float* const* y);
+
 // y[c] = Σ_k coef[row_k] · Wt[row_k, c] for c in [col_begin, col_end), row_k = rows ? rows[k] : k
 // for k < count; every dtype (block types: columns on 32-value blocks).
 void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef,

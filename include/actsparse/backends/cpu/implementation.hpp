@@ -39,6 +39,7 @@ namespace actsparse::cpu {
 #define ACTSPARSE_CPU_DISPATCH(f) HWY_STATIC_DISPATCH(f)
 #else
 HWY_EXPORT(gemv_rows);
+HWY_EXPORT(gemm_rows);
 HWY_EXPORT(axpy_rows);
 HWY_EXPORT(fused_multiply_add);
 HWY_EXPORT(quantize_q8_0_x);
@@ -57,6 +58,13 @@ void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begi
     ::actsparse::detail::fail("cpu::gemv_rows", "w.type", name(w.type), "a dtype with CPU kernels (cpu/dtypes.hpp)");
   }
   ACTSPARSE_CPU_DISPATCH(gemv_rows)(w, rows, begin, end, x, y, t);
+}
+void gemm_rows(const weight_view& w, std::size_t begin, std::size_t end, const float* const* x, std::size_t count,
+               float* const* y) {
+  if (!support(w.type).f32_activations || info(w.type).block_values != 1) {
+    ::actsparse::detail::fail("cpu::gemm_rows", "w.type", name(w.type), "f32, f16 or bf16 (rows of single values)");
+  }
+  ACTSPARSE_CPU_DISPATCH(gemm_rows)(w, begin, end, x, count, y);
 }
 void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef,
                std::size_t col_begin, std::size_t col_end, float* y, const kernel_tuning& t) {

@@ -43,6 +43,7 @@ struct target_kernels {};
 template <class T>
 struct row_kernels {
   static constexpr auto gemv = &gemv_range<T>;
+  static constexpr auto gemm = &gemm_range<T>;
   static constexpr auto axpy = &axpy_range<T>;
 };
 template <class B>
@@ -79,6 +80,14 @@ inline void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size
   visit_dtype(w.type, [&](auto tag) {
     using K = target_kernels<typename decltype(tag)::type>;
     if constexpr (requires { K::gemv; }) K::gemv(w, rows, begin, end, x, y, t);
+  });
+}
+
+inline void gemm_rows(const weight_view& w, std::size_t begin, std::size_t end, const float* const* x,
+                      std::size_t count, float* const* y) {
+  visit_dtype(w.type, [&](auto tag) {
+    using K = target_kernels<typename decltype(tag)::type>;
+    if constexpr (requires { K::gemm; }) K::gemm(w, begin, end, x, count, y);
   });
 }
 

@@ -170,6 +170,85 @@ HWY_NOINLINE void gemv_range(const weight_view& w, const std::uint32_t* rows, st
   gemv_groups<rows_at_once, T>(row, begin, end, x, w.cols, y, t.prefetch_bytes, step);
 }
 
+// Several tokens at once (prefill, the grouped MoE experts): y_t[k] = W[k, :] · x_t for the
+// rows k in [begin, end) and the tokens t < count. R rows × TK tokens share each load: the
+// weight vectors are loaded (and widened) once for TK tokens, the x vectors once for R rows.
+// Every (row, token) sum is dot_rows's, step for step: a0 over the even vectors of each pair,
+// a1 over the odd ones, one more whole vector into a0, SumOfLanes(a0 + a1), then the scalar
+// tail with std::fma: so it equals gemv_range of that row and token bit for bit.
+template <std::size_t R, std::size_t TK, class T>
+HWY_INLINE void dot_rows_tokens(const T* const* HWY_RESTRICT w, const float* const* HWY_RESTRICT x, std::size_t n,
+                                float* const* HWY_RESTRICT out, std::size_t k) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const std::size_t lanes = hn::Lanes(df);
+  V a0[R][TK];
+  V a1[R][TK];
+  for (std::size_t r = 0; r < R; ++r) {
+    for (std::size_t t = 0; t < TK; ++t) a0[r][t] = a1[r][t] = hn::Zero(df);
+  }
+  std::size_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    V wa[R];
+    V wb[R];
+    for (std::size_t r = 0; r < R; ++r) {
+      wa[r] = load_as_f32(df, w[r] + i);
+      wb[r] = load_as_f32(df, w[r] + i + lanes);
+    }
+    for (std::size_t t = 0; t < TK; ++t) {
+      const V xa = hn::LoadU(df, x[t] + i);
+      const V xb = hn::LoadU(df, x[t] + i + lanes);
+      for (std::size_t r = 0; r < R; ++r) {
+        a0[r][t] = hn::MulAdd(wa[r], xa, a0[r][t]);
+        a1[r][t] = hn::MulAdd(wb[r], xb, a1[r][t]);
+      }
+    }
+  }
+  if (i + lanes <= n) {
+    for (std::size_t r = 0; r < R; ++r) {
+      const V wa = load_as_f32(df, w[r] + i);
+      for (std::size_t t = 0; t < TK; ++t) a0[r][t] = hn::MulAdd(wa, hn::LoadU(df, x[t] + i), a0[r][t]);
+    }
+    i += lanes;
+  }
+  for (std::size_t r = 0; r < R; ++r) {
+    for (std::size_t t = 0; t < TK; ++t) {
+      float total = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0[r][t], a1[r][t])));
+      for (std::size_t c = i; c < n; ++c) total = std::fma(scalar_f32(w[r][c]), x[t][c], total);
+      out[t][k + r] = total;
+    }
+  }
+}
+
+// Tokens per pass and rows per pass of the multi-token GEMV: 2 rows × 4 tokens hold 16
+// accumulator pairs' halves plus 4 weight and 2 x vectors in AVX-512's 32 registers; 2 × 2 on
+// narrower targets (16 registers).
+inline constexpr std::size_t gemm_tokens = HWY_MAX_BYTES >= 64 ? 4 : 2;
+inline constexpr std::size_t gemm_rows_at_once = 2;
+
+// y[t][k] = W[k, :] · x[t] for k in [begin, end), t < count (f32, f16, bf16 rows).
+template <class T>
+HWY_NOINLINE void gemm_range(const weight_view& w, std::size_t begin, std::size_t end, const float* const* x,
+                             std::size_t count, float* const* y) {
+  const auto* base = static_cast<const std::byte*>(w.data);
+  const auto row = [&](std::size_t k) { return reinterpret_cast<const T*>(base + k * w.row_stride); };
+  const auto rows_for = [&]<std::size_t TK>(const float* const* xt, float* const* yt) {
+    const T* group[gemm_rows_at_once];
+    std::size_t k = begin;
+    for (; k + gemm_rows_at_once <= end; k += gemm_rows_at_once) {
+      for (std::size_t r = 0; r < gemm_rows_at_once; ++r) group[r] = row(k + r);
+      dot_rows_tokens<gemm_rows_at_once, TK, T>(group, xt, w.cols, yt, k);
+    }
+    for (; k < end; ++k) {
+      group[0] = row(k);
+      dot_rows_tokens<1, TK, T>(group, xt, w.cols, yt, k);
+    }
+  };
+  std::size_t t = 0;
+  for (; t + gemm_tokens <= count; t += gemm_tokens) rows_for.template operator()<gemm_tokens>(x + t, y + t);
+  for (; t < count; ++t) rows_for.template operator()<1>(x + t, y + t);
+}
+
 // The row axpy's register tile: bytes of each row per step of a sweep (S output vectors held
 // in registers; a compile-time shape, unlike the GEMV's run-time step).
 template <class T>
