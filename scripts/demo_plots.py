@@ -13,7 +13,8 @@ Writes kl_vs_kept.png and .svg (mean KL(dense || policy) against the kept fracti
 scale, one line per scorer family), kl_vs_bytes.png and .svg (KL against the honest fraction of
 FFN weight bytes read, every policy, the calibrated methods drawn bold) and, with benchmark rows, speedup_vs_activity.png and
 .svg (the decode FFN speed-up over dense against activity, with the ideal 3/(1+2a); 7b shape,
-one thread, or the first shape present). Each line of a plot is an SVG group with the id
+one thread, or the first shape present) and, with MoE rows, kl_vs_experts.png and .svg (KL against
+the mean experts per token of the MoEfied model: fixed top-k, adaptive top-k, progressive). Each line of a plot is an SVG group with the id
 series_<n>. Exit status 2 with a one-line error when DEMO_JSON is unusable, 3 when matplotlib
 is missing (Debian: apt-get install python3-matplotlib, then run it with /usr/bin/python3).
 """
@@ -48,7 +49,7 @@ def series_of(rows):
     """{label: [(kept, kl), ...]} for every sparse family, sorted by kept fraction."""
     out = {}
     for r in rows:
-        if r.get("family") in (None, "dense", "token_sparse", "calibrated"):
+        if r.get("family") in (None, "dense", "token_sparse", "calibrated", "moe"):
             continue
         if r.get("kl") is None or r.get("kept_fraction") is None:
             continue
@@ -95,7 +96,7 @@ def bytes_series(rows):
     """{(label, calibrated): [(bytes, kl), ...]}: uniform families by scorer, calibrated ones by method."""
     out = {}
     for r in rows:
-        if r.get("family") in (None, "dense", "token_sparse") or r.get("kl") is None:
+        if r.get("family") in (None, "dense", "token_sparse", "moe") or r.get("kl") is None:
             continue
         cal = r["family"] == "calibrated"
         label = ("calibrated " + r["scorer"]) if cal else "%s (%s)" % (r["scorer"], r["family"])
@@ -128,6 +129,53 @@ def kl_bytes_plot(plt, rows, title):
     ax.set_title(title)
     ax.grid(True, which="major", color="#e5e5e5")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=8)
+    return fig
+
+
+def moe_series(rows):
+    """{routing: [(experts_per_token, kl, policy), ...]} of the MoE rows, by the router's rule (scorer)."""
+    out = {}
+    for r in rows:
+        if r.get("family") != "moe" or r.get("kl") is None or r.get("experts_per_token") is None:
+            continue
+        out.setdefault(r["scorer"], []).append((r["experts_per_token"], r["kl"], r["policy"]))
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def kl_experts_plot(plt, rows, title):
+    series = moe_series(rows)
+    # The all-experts row is the dense FFN up to the f32 summation order (KL ~1e-12): points below
+    # 1e-6 are drawn at 1e-6 with their KL written next to them.
+    kls = [kl for pts in series.values() for _, kl, _ in pts if kl > 0]
+    floor = max(10.0 ** math.floor(math.log10(min(kls))) if kls else 1e-6, 1e-6)
+    experts = max((e for pts in series.values() for e, _, _ in pts), default=8.0)
+    fig, ax = plt.subplots(figsize=(9.5, 5.0))
+    markers = "osD^v"
+    for k, (label, pts) in enumerate(series.items()):
+        progressive = "progressive" in label  # schedules of one mean: points, not a line
+        line, = ax.plot([e for e, _, _ in pts], [max(v, floor) for _, v, _ in pts], marker=markers[k % len(markers)],
+                        markersize=6 if progressive else 4, linewidth=0 if progressive else 2,
+                        color=COLOURS[k % len(COLOURS)], label=label)
+        line.set_gid("series_%d" % k)
+        if progressive:
+            for e, v, name in pts:
+                ax.annotate(name.replace("moe progressive ", ""), (e, max(v, floor)), textcoords="offset points",
+                            xytext=(6, 4 if pts.index((e, v, name)) == 0 else -12), fontsize=8)
+        for e, v, _ in pts:
+            if v < floor:
+                ax.annotate("KL %.2g" % v, (e, floor), textcoords="offset points", xytext=(-8, 8), ha="right",
+                            fontsize=8)
+    for ref in (0.01, 0.05):
+        ax.axhline(ref, color="#999999", linestyle="--", linewidth=1)
+        ax.annotate("KL %.2f" % ref, (0.005, ref), xycoords=("axes fraction", "data"), color="#666666",
+                    va="bottom", fontsize=9)
+    ax.set_yscale("log")
+    ax.set_xlim(0.0, experts + 0.5)
+    ax.set_xlabel("mean experts per token (of %d)" % round(experts))
+    ax.set_ylabel("mean KL(dense || policy)")
+    ax.set_title(title)
+    ax.grid(True, which="major", color="#e5e5e5")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=9)
     return fig
 
 
@@ -190,6 +238,9 @@ def main(argv=None):
     written = save(plt, kl_plot(plt, rows, title), out, "kl_vs_kept")
     written += save(plt, kl_bytes_plot(plt, rows, "%s: KL against bytes read (calibrated methods bold)" %
                                        os.path.basename(demo.get("model", "model"))), out, "kl_vs_bytes")
+    if moe_series(rows):
+        written += save(plt, kl_experts_plot(plt, rows, "%s MoEfied: KL against experts per token" %
+                                             os.path.basename(demo.get("model", "model"))), out, "kl_vs_experts")
     if os.path.exists(a.bench):
         try:
             _, brows, _ = perf_report.load(a.bench)

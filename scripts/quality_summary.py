@@ -18,7 +18,11 @@ Prints, from the demo's rows:
      share of the best uniform one's; then what the calibration measured (the tier predictor's
      held-out accuracy, the low-rank predictors' precision and recall, spans per step under the
      neuron orders, the time of each stage);
-  5. the full table.
+  5. the MoE rows (the dense FFN split into experts by MoEfication, a fitted linear router): per
+     row the experts per token, bytes, KL, top-1 and perplexity, the best uniform neuron-sparse
+     row that reads no more bytes, and the router's quality (true contribution mass it captures
+     against the true top k);
+  6. the full table.
 """
 import json
 import math
@@ -119,6 +123,34 @@ def calibrated_sections(demo, rows):
     return out
 
 
+def moe_section(demo, rows):
+    moe = [r for r in rows if r["family"] == "moe"]
+    if not moe:
+        return []
+    info = demo.get("moe", {})
+    out = ["", "MoE (MoEfication): each layer's %s neurons in %s experts of %s (%s zero-padded), a linear router per "
+               "layer fitted on %s calibration tokens; the chosen experts' outputs summed with weight 1 "
+               "(bytes: the chosen experts' matrices, padded rows included, and the router):" % (
+                   info.get("d_ff", "?"), info.get("experts", "?"), info.get("d_ff_expert", "?"),
+                   info.get("padded_neurons", "?"), info.get("calibration_tokens", "?")), "",
+           "| policy | experts / token | bytes | KL | top-1 | ppl | best uniform FFN row at <= bytes |",
+           "|---|---|---|---|---|---|---|"]
+    uniform = [r for r in rows if r["family"] in UNIFORM_FFN]
+    for r in moe:
+        uni = best(uniform, r["bytes_fraction"])
+        out.append("| %s | %.3f | %.3f | %.4g | %.3f | %.3f | %s |" % (
+            r["policy"], r.get("experts_per_token", float("nan")), r["bytes_fraction"], r["kl"], r["top1"], r["ppl"],
+            "%.5f (%s, %.3f)" % (uni["kl"], uni["policy"], uni["bytes_fraction"]) if uni else "-"))
+    quality = info.get("router_quality")
+    if quality:
+        ks = sorted(quality, key=int)
+        out += ["", "Router quality (evaluation tokens x layers: true contribution mass of the router's top k / "
+                    "of the true top k; 1 is a perfect router):", "",
+                "| k | " + " | ".join(ks) + " |", "|---|" + "---|" * len(ks),
+                "| quality | " + " | ".join("%.4f" % quality[k] for k in ks) + " |"]
+    return out
+
+
 def main(argv):
     path = argv[1] if len(argv) > 1 else os.path.join(REPO, "demo-results", "latest.json")
     try:
@@ -132,13 +164,15 @@ def main(argv):
                                                         demo.get("length")), ""]
     families = {}
     for r in rows:
-        if r["family"] in ("dense", "token_sparse", "calibrated"):
+        if r["family"] in ("dense", "token_sparse", "calibrated", "moe"):
             continue
         families.setdefault("%s (%s)" % (r["scorer"], r["family"]), []).append((r["kept_fraction"], r["kl"]))
     out += ["| scorer (selector) | kept where KL > 0.01 | kept where KL > 0.05 | bytes read at KL 0.05 |",
             "|---|---|---|---|"]
     by_bytes = {}
     for r in rows:
+        if r["family"] == "moe":
+            continue
         by_bytes.setdefault("%s (%s)" % (r["scorer"], r["family"]), []).append((r["bytes_fraction"], r["kl"]))
     for name, pts in sorted(families.items()):
         out.append("| %s | %s | %s | %s |" % (name, crossing(pts, 0.01), crossing(pts, 0.05),
@@ -159,6 +193,7 @@ def main(argv):
             out.append("| %s | %s | %.3f | %.4f |" % (r["policy"], " | ".join("%.3f" % v for v in r["kept_per_layer"]),
                                                       r["kept_fraction"], r["kl"]))
     out += calibrated_sections(demo, rows)
+    out += moe_section(demo, rows)
     out += ["", "| policy | kept | bytes | KL | top-1 | ppl |", "|---|---|---|---|---|---|"]
     for r in rows:
         out.append("| %s | %.3f | %.3f | %.5f | %.3f | %.3f |" % (r["policy"], r["kept_fraction"], r["bytes_fraction"],

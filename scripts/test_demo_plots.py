@@ -37,7 +37,8 @@ def main(path):
         for k in KEYS:
             assert k in r, "row %r lacks %s" % (r.get("policy"), k)
         assert 0.0 < r["kept_fraction"] <= 1.0 + 1e-9, r
-        assert 0.0 < r["bytes_fraction"] <= 1.0 + 1e-9, r
+        # An MoE row with every expert reads the padded rows and the router too (a few % over dense).
+        assert 0.0 < r["bytes_fraction"] <= (1.1 if "moe" in r["policy"] else 1.0) + 1e-9, r
         assert r["kl"] >= -1e-12 and 0.0 <= r["top1"] <= 1.0 and r["ppl"] >= 1.0 and r["tokens_per_s"] > 0, r
     dense = [r for r in rows if r["policy"] == "dense"]
     assert len(dense) == 1 and dense[0]["kl"] == 0 and dense[0]["top1"] == 1, dense
@@ -66,6 +67,25 @@ def main(path):
         assert b["bytes"] <= b["target_bytes"] + 1e-6 or b["method"].startswith("tiers"), b
     for l in info["low_rank"]:
         assert 0.0 <= l["precision"] <= 1.0 and 0.0 <= l["recall"] <= 1.0, l
+    # MoE rows (the dense model MoEfied: 8 experts per layer, a fitted router): each has its experts
+    # per token; every expert is the dense FFN up to the f32 summation order; fewer experts, more KL.
+    moe = [r for r in rows if "moe" in r["policy"]]
+    info = demo["moe"]
+    assert moe and info["experts"] == 8, info
+    for r in moe:
+        assert r["family"] == "moe" and 0.0 < r["experts_per_token"] <= info["experts"] + 1e-9, r
+        assert abs(r["kept_fraction"] - r["experts_per_token"] / info["experts"]) < 1e-4, r
+    every = [r for r in moe if r["policy"] == "moe all %d" % info["experts"]]
+    assert len(every) == 1 and every[0]["kl"] < 1e-6 and every[0]["top1"] == 1.0, every
+    assert every[0]["experts_per_token"] == info["experts"], every
+    for want in ["moe top-1", "moe top-2", "moe adaptive 0.7"]:
+        assert any(r["policy"] == want for r in moe), "missing row " + want
+    assert any(r["policy"].startswith("moe progressive ") for r in moe), "missing a progressive MoE row"
+    top = {r["policy"]: r for r in moe}
+    assert top["moe top-1"]["kl"] > top["moe top-6"]["kl"] > every[0]["kl"], top
+    quality = info["router_quality"]
+    assert sorted(quality, key=int) == ["1", "2", "3", "4", "6"], quality
+    assert all(0.0 < v <= 1.0 + 1e-9 for v in quality.values()), quality
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_plots.py")
     with tempfile.TemporaryDirectory() as out:
         # Without benchmark rows: the KL plot only, as PNG and SVG, one group per scorer family.
@@ -73,6 +93,7 @@ def main(path):
                        check=True, stdout=subprocess.DEVNULL)
         check_plot(os.path.join(out, "kl_vs_kept"), 5)
         check_plot(os.path.join(out, "kl_vs_bytes"), 10)
+        check_plot(os.path.join(out, "kl_vs_experts"), 3)
         assert not os.path.exists(os.path.join(out, "speedup_vs_activity.svg"))
         # With FFN decode rows of a benchmark JSON: the speed-up plot too.
         bench = os.path.join(out, "bench.json")
@@ -87,6 +108,7 @@ def main(path):
                              check=True, capture_output=True, text=True).stdout
     assert "| magnitude (top_k) |" in summary and "Token-sparse prefill" in summary, summary
     assert "Calibrated against uniform at equal bytes" in summary and "Tier predictor" in summary, summary
+    assert "MoE (MoEfication)" in summary and "Router quality" in summary, summary
     print("demo JSON, plots and quality summary: ok (%d rows)" % len(rows))
     return 0
 

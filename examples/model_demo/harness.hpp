@@ -16,6 +16,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -212,13 +213,14 @@ inline std::vector<int> greedy(const model& m, llama2c::policy& p, std::size_t n
 // One row of the results: a policy and what it measured.
 struct row {
   std::string policy;
-  std::string family;  // dense, top_k, cumulative_mass, cats, teal, token_sparse
+  std::string family;  // dense, top_k, cumulative_mass, cats, teal, token_sparse, calibrated, moe
   std::string scorer;
   double kept = 1.0;
   double bytes = 1.0;
   quality q;
   double tokens_per_s = 0.0;
-  std::vector<double> kept_per_layer;  // token-sparse rows only
+  std::vector<double> kept_per_layer;       // token-sparse rows only
+  std::optional<double> experts_per_token;  // MoE rows only: mean over tokens and layers
 };
 
 }  // namespace model_demo

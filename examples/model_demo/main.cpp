@@ -21,8 +21,9 @@
 // plots from it with matplotlib, as PNG and SVG).
 //
 // The files: harness.hpp (sampling, the dense reference, KL / top-1 / perplexity),
-// policies.hpp (the policies, their calibration, the policy table), synthetic.hpp (the
-// random-weight decode), output.hpp (tables and JSON), this file (the command line).
+// policies.hpp (the policies, their calibration, the policy table), moe.hpp (the dense model split
+// into 8 experts per layer with a fitted router: the MoE rows), synthetic.hpp (the random-weight
+// decode), output.hpp (tables and JSON), this file (the command line).
 // Libraries (Debian packages; examples only, the library itself needs neither):
 //   CLI11 (libcli11-dev): the command line: typed options with ranges, choices, defaults in
 //     --help, and options of one mode refused in the other, all declared rather than hand-parsed.
@@ -39,6 +40,7 @@
 #include "llama2c/checkpoint.hpp"
 #include "llama2c/model.hpp"
 #include "llama2c/tokenizer.hpp"
+#include "moe.hpp"
 #include "output.hpp"
 #include "policies.hpp"
 #include "synthetic.hpp"
@@ -100,6 +102,10 @@ row evaluate_row(const model& m, const options& o, const std::vector<std::vector
   r.q = evaluate(m, eval, dense_lp, p);
   r.kept = over_workers(o.sequences, p, [](const demo_policy& d) { return d.kept_fraction(); });
   r.bytes = over_workers(o.sequences, p, [](const demo_policy& d) { return d.bytes_fraction(); });
+  if (p.front()->experts_per_token()) {
+    r.experts_per_token =
+        over_workers(o.sequences, p, [](const demo_policy& d) { return d.experts_per_token().value_or(0.0); });
+  }
   for (std::size_t l = 0; l < p.front()->kept_per_layer().size(); ++l) {
     r.kept_per_layer.push_back(
         over_workers(o.sequences, p, [l](const demo_policy& d) { return d.kept_per_layer()[l]; }));
@@ -119,7 +125,12 @@ int run_evaluation(const options& o) {
   }
   const layer_scorers scorers = layer_scorers::of(m);
   calibration cal;  // filled below, read when a CATS or TEAL policy is made
-  std::vector<policy_config> table = matching(policy_table(m.layers(), scorers, cal), o.only);
+  moefied moe;      // fitted below when an MoE row runs, read when its policy is made
+  std::vector<policy_config> table = policy_table(m.layers(), scorers, cal);
+  for (policy_config& c : moe_table(m.layers(), moe)) table.push_back(std::move(c));
+  table = matching(std::move(table), o.only);
+  const bool with_moe =
+      std::any_of(table.begin(), table.end(), [](const policy_config& c) { return c.family == "moe"; });
   // The calibrated rows are named after the calibration has run; calibrate when one may match.
   const calibration_run::options calibration_options;
   bool with_calibrated = o.only.empty();
@@ -127,7 +138,7 @@ int run_evaluation(const options& o) {
     with_calibrated |= name.find(o.only) != std::string::npos;
 
   progress bar;
-  bar.total = 3 + table.size() + (with_calibrated ? 1 : 0);
+  bar.total = 3 + table.size() + (with_calibrated ? 1 : 0) + (with_moe ? 1 : 0);
   // Evaluation and calibration samples (different seeds).
   const auto eval = sample_sequences(m, o.sequences, o.length, 2024, o.workers);
   bar.step("sampled the evaluation set");
@@ -136,6 +147,11 @@ int run_evaluation(const options& o) {
   bar.step("dense reference");
   calibrate(m, calib, cal);
   bar.step("calibrated CATS and TEAL thresholds");
+  if (with_moe) {
+    moe = moefy(m, calib);
+    measure_router(m, eval, o.workers, moe);
+    bar.step("MoEfication: experts and routers");
+  }
 
   std::vector<row> rows;
   for (const policy_config& c : table) {
@@ -157,6 +173,7 @@ int run_evaluation(const options& o) {
   }
   if (rows.size() == 1) detail::fail("model_demo", "--policy", o.only, "text found in at least one policy name");
   print_results(o, m.cfg(), rows);
+  if (moe.fitted()) print_moe(moe, rows);
 
   // A greedy sample under dense and under one sparse preset, as text.
   dense_demo_policy dense_greedy;
@@ -169,6 +186,7 @@ int run_evaluation(const options& o) {
   const std::string text_sparse = tok.decode(greedy(m, *sparse_greedy, 96));
   print_greedy(text_dense, table[shown].name, text_sparse);
   json out = results_json(o, rows, text_dense, text_sparse);
+  if (moe.fitted()) out["moe"] = moe_json(moe);
   if (with_calibrated) {
     out["calibration"] = calibration_json(calibrated.rep);
     const std::filesystem::path file = std::filesystem::path(o.json).parent_path() / "calibration.json";

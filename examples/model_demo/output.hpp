@@ -6,6 +6,7 @@
 #include "calibration/pipeline.hpp"
 #include "harness.hpp"
 #include "llama2c/checkpoint.hpp"
+#include "moe.hpp"
 #include "synthetic.hpp"
 
 #include <actsparse/core/dtype.hpp>
@@ -80,7 +81,7 @@ inline void print_greedy(const std::string& text_dense, const std::string& spars
 }
 
 // {model, sequences, length, greedy_dense, greedy_sparse, rows: [{policy, family, scorer,
-// kept_fraction, bytes_fraction, kl, top1, ppl, tokens_per_s[, kept_per_layer]}]}
+// kept_fraction, bytes_fraction, kl, top1, ppl, tokens_per_s[, kept_per_layer][, experts_per_token]}]}
 inline json results_json(const options& o, const std::vector<row>& rows, const std::string& text_dense,
                          const std::string& text_sparse) {
   json out = {{"model", o.checkpoint},      {"sequences", o.sequences},     {"length", o.length},
@@ -99,7 +100,63 @@ inline json results_json(const options& o, const std::vector<row>& rows, const s
       json& per_layer = j["kept_per_layer"] = json::array();
       for (const double f : r.kept_per_layer) per_layer.push_back(number(f));
     }
+    if (r.experts_per_token) j["experts_per_token"] = number(*r.experts_per_token);
     out["rows"].push_back(std::move(j));
+  }
+  return out;
+}
+
+// The MoE rows' experts per token and what the MoEfication measured (moe.hpp).
+inline void print_moe(const moefied& moe, const std::vector<row>& rows) {
+  std::printf(
+      "\nMoE (MoEfication): each layer's %zu neurons in %zu experts of %zu (balanced k-means of |h| patterns over %zu "
+      "calibration tokens, zero-padded), a linear router per layer (ridge %g, fitted in %.2f s); top_k_unit gating.\n"
+      "bytes: the chosen experts' stacked matrices (padded rows included) + the router, over the dense FFN.\n",
+      moe.d_ff, moe.experts, moe.d_ff_expert, moe.calibration_tokens, moe.ridge, moe.fit_seconds);
+  std::printf("%-34s %8s %6s %13s %6s %7s\n", "policy", "experts", "bytes", "KL", "top1", "ppl");
+  for (const row& r : rows) {
+    if (!r.experts_per_token) continue;
+    std::printf("%-34s %8.3f %6.3f %13.6e %6.3f %7.3f\n", r.policy.c_str(), *r.experts_per_token, r.bytes, r.q.kl,
+                r.q.top1, r.q.ppl);
+  }
+  std::printf(
+      "router quality (sum of true contribution mass over the router's top k / over the true top k, %zu "
+      "evaluation tokens x layers):",
+      moe.quality_tokens);
+  for (std::size_t i = 0; i < moe_quality_ks.size(); ++i) {
+    std::printf(" k=%zu %.4f", moe_quality_ks[i], moe.router_quality[i]);
+  }
+  std::printf("\n");
+}
+
+// {experts, d_ff_expert, d_ff, padded_neurons, calibration_tokens, clustering, router, ridge,
+//  kmeans_iterations, fit_seconds, router_quality: {k: ratio}, router_quality_tokens, cluster_sizes: [[per layer]]}
+inline json moe_json(const moefied& moe) {
+  json out = {{"experts", moe.experts},
+              {"d_ff_expert", moe.d_ff_expert},
+              {"d_ff", moe.d_ff},
+              {"padded_neurons", moe.experts * moe.d_ff_expert - moe.d_ff},
+              {"calibration_tokens", moe.calibration_tokens},
+              {"clustering",
+               "balanced spherical k-means of each neuron's |h_j| over the calibration tokens (unit-normalised), "
+               "farthest-point init, sizes ceil/floor(d_ff/experts), experts zero-padded to d_ff_expert"},
+              {"router",
+               "linear [x, 1] -> experts logits, ridge least squares (Eigen LDLT) of centred log(m_e/sum m + 1e-3), "
+               "m_e = ||FFN_e(x)||_2; ridge chosen on every 5th calibration token; top_k_unit gating"},
+              {"bytes", "chosen experts' gate, up, down_t incl. padded rows + router weights and bias, over dense FFN"},
+              {"ridge", moe.ridge},
+              {"kmeans_iterations", moe.kmeans_iterations},
+              {"fit_seconds", number(moe.fit_seconds)},
+              {"router_quality", json::object()},
+              {"router_quality_tokens", moe.quality_tokens},
+              {"cluster_sizes", json::array()}};
+  for (std::size_t i = 0; i < moe_quality_ks.size(); ++i) {
+    out["router_quality"][std::to_string(moe_quality_ks[i])] = number(moe.router_quality[i]);
+  }
+  for (const moe_layer& l : moe.layers) {
+    json sizes = json::array();
+    for (const auto& n : l.neurons) sizes.push_back(n.size());
+    out["cluster_sizes"].push_back(std::move(sizes));
   }
   return out;
 }

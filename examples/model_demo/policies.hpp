@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -55,6 +56,8 @@ class demo_policy : public llama2c::policy {
   [[nodiscard]] virtual double bytes_fraction() const { return 1.0; }
   // Kept fraction per layer, where the policy counts it per layer (token-sparse), else empty.
   [[nodiscard]] virtual std::vector<double> kept_per_layer() const { return {}; }
+  // Mean experts per token over every FFN call (MoE policies only), else none.
+  [[nodiscard]] virtual std::optional<double> experts_per_token() const { return std::nullopt; }
   virtual void reset_counts() {}
 };
 
