@@ -394,7 +394,7 @@ std::vector<float> per_token_loop(const Backend& backend, const moe_experts& x, 
 
 }  // namespace
 
-TEST_CASE("moe_ffn_args: reference against a double oracle; cpu keep-all equals its per-token loop bit for bit") {
+TEST_CASE("moe_ffn_args: reference against a double oracle and cpu keep-all equals its per-token loop bit for bit") {
   std::mt19937 rng(3);
   const std::size_t n_experts = 6;
   const std::size_t d_model = 64;
@@ -501,7 +501,7 @@ TEST_CASE("moe_ffn_args: reference against a double oracle; cpu keep-all equals 
   }
 }
 
-TEST_CASE("moe_ffn: routes and runs; an inner neuron-sparse op keeping every neuron equals the dense experts") {
+TEST_CASE("moe_ffn: routes and runs and an inner neuron-sparse op keeping every neuron equals the dense experts") {
   std::mt19937 rng(21);
   const std::size_t n_experts = 8, d_model = 64, d_ff = 64, tokens = 5;
   const moe_weights w(dtype::f32, n_experts, d_model, d_ff, rng);
