@@ -11,7 +11,7 @@
 // calibration sample) and the time of each stage to stdout. CLI11 (libcli11-dev) reads the
 // command line: typed options with ranges and choices, declared rather than hand-parsed.
 
-#define ACTSPARSE_CPU_IMPLEMENTATION
+// The CPU backend's kernels are defined in examples/common/cpu_kernels.cpp.
 #include <actsparse/backends/cpu/implementation.hpp>
 
 #include "calibration/pipeline.hpp"

@@ -31,8 +31,7 @@
 //     done right by a well-kept library instead of hand-written string building.
 //   matplotlib (python3-matplotlib, in scripts/demo_plots.py): the plots, PNG and SVG.
 
-// The one translation unit of this program that defines the CPU backend's kernels.
-#define ACTSPARSE_CPU_IMPLEMENTATION
+// The CPU backend's kernels are defined in examples/common/cpu_kernels.cpp.
 #include <actsparse/backends/cpu/implementation.hpp>
 
 #include "calibration/pipeline.hpp"

@@ -454,7 +454,7 @@ TEST_CASE("moe_ffn_args: reference against a double oracle and cpu keep-all equa
                        t.pair_weight()[p], transposed);
           }
           if (with_shared) {
-            // The shared expert is the first d_ff... no: it is one FFN of 2·d_ff neurons.
+            // The shared expert: one FFN of 2·d_ff neurons.
             for (std::size_t j = 0; j < 2 * d_ff; ++j) {
               double gj = 0.0, uj = 0.0;
               for (std::size_t i = 0; i < d_model; ++i) {
@@ -617,4 +617,45 @@ TEST_CASE("cpu gemm_rows (several tokens per weight load) equals gemv_rows per t
   const float* x0 = nullptr;
   float* y0 = nullptr;
   CHECK_THROWS_WITH_AS(cpu::detail::gemm_rows(q.view, 0, 2, &x0, 1, &y0), doctest::Contains("f32, f16 or bf16"), error);
+}
+
+TEST_CASE(
+    "cpu gemm_rows_q8x (several tokens per weight unit) equals gemv_rows_q8x per token bit for bit, every target") {
+  std::mt19937 rng(78);
+  for (const dtype type : {dtype::q8_0, dtype::q4_0}) {
+    for (const std::size_t cols : {32U, 96U, 256U}) {  // an odd block count: AVX-512's single block
+      for (const std::size_t tokens : {1U, 3U, 9U}) {
+        INFO(name(type), " cols ", cols, " tokens ", tokens);
+        const std::size_t rows = 7;
+        const actsparse_test::quantized_matrix m = actsparse_test::make_quantized_matrix(type, rows, cols, rng);
+        const std::vector<float> x = random_vector(tokens * cols, rng);
+        cpu_test::for_each_target([&] {
+          std::vector<std::int8_t> xq(tokens * cols);
+          std::vector<float> xd(tokens * cols / 32);
+          std::vector<float> y(tokens * rows, -1.0F);
+          std::vector<const std::int8_t*> xqs;
+          std::vector<const float*> xds;
+          std::vector<float*> ys;
+          for (std::size_t t = 0; t < tokens; ++t) {
+            cpu::detail::quantize_q8_0_x(x.data() + t * cols, cols, xq.data() + t * cols, xd.data() + t * cols / 32);
+            xqs.push_back(xq.data() + t * cols);
+            xds.push_back(xd.data() + t * cols / 32);
+            ys.push_back(y.data() + t * rows);
+          }
+          cpu::detail::gemm_rows_q8x(m.view, 1, rows, xqs.data(), xds.data(), tokens, ys.data());
+          for (std::size_t t = 0; t < tokens; ++t) {
+            std::vector<float> want(rows, -1.0F);
+            cpu::detail::gemv_rows_q8x(m.view, nullptr, 1, rows, xqs[t], xds[t], want.data());
+            CHECK(same_bits(std::span<const float>(y.data() + t * rows, rows), want));
+          }
+        });
+      }
+    }
+  }
+  const actsparse_test::quantized_matrix f = actsparse_test::make_quantized_matrix(dtype::bf16, 2, 32, rng);
+  const std::int8_t* q0 = nullptr;
+  const float* d0 = nullptr;
+  float* y0 = nullptr;
+  CHECK_THROWS_WITH_AS(cpu::detail::gemm_rows_q8x(f.view, 0, 2, &q0, &d0, 1, &y0), doctest::Contains("q8_0 or q4_0"),
+                       error);
 }

@@ -20,6 +20,7 @@
 
 #include <actsparse/backends/cpu/dispatch.hpp>
 #include <actsparse/backends/cpu/executor.hpp>
+#include <actsparse/backends/cpu/moe.hpp>
 #include <actsparse/backends/cpu/plan.hpp>
 #include <actsparse/backends/cpu/tasks.hpp>
 #include <actsparse/core/activation.hpp>
@@ -332,209 +333,14 @@ struct cpu_backend {
     return status::ok();
   }
 
-  // y_t = Σ_p w_p · FFN_{e_p}(x_t) (+ shared) over the routing table, in phases (ex.sync() between):
-  //   0  every token's x quantized (int8 path); the combine's row list and coefficients
-  //   1  tasks (group, 64 rows of d_ff): for each 8-row group, every token of the group:
-  //      h = act(W_gate[rows]·x)·(W_up[rows]·x), each expert's rows read once for all its tokens
-  //   2  tasks (group, columns of d_model): f = Σ_j h_j·W_downᵀ[j, :] per token in the decode
-  //      FFN's chunked order (or rows of W_down: f = W_down·h)
-  //   3  per token: y_t = the row axpy of its pairs' f rows with their weights, in token-major
-  //      order, then its shared row with coefficient 1
-  // Each f row is the token FFN's (and the dense decode FFN's) bits for that token and expert;
-  // the combine is the row axpy's fma chain (the reference's chain on a target with FMA).
+  // The MoE layer in phases (cpu/moe.hpp): experts' hidden rows, their down projections, the combine.
   status run(const moe_ffn_args& a, std::span<std::byte> workspace, executor_type& ex) const {
     constexpr std::string_view where = "cpu::moe_ffn";
     if (!ex.can_sync()) return status::not_handled(needs_barrier);
     check_shapes(a, where);
     const cpu::moe_plan p = plan(a, ex.concurrency());
     if (p.tokens == 0) return status::ok();
-    std::byte* const ws = cpu_workspace(workspace, p.bytes, where);
-    const routing_view& r = a.routing;
-    const bool shared = !a.shared.gate.absent();
-    const std::size_t d_model = p.d_model;
-    const std::size_t experts = a.experts.count();
-    auto* const h = reinterpret_cast<float*>(ws + p.h_at);
-    auto* const f = reinterpret_cast<float*>(ws + p.f_at);
-    auto* const comb_rows = reinterpret_cast<std::uint32_t*>(ws + p.rows_at);
-    auto* const coef = reinterpret_cast<float*>(ws + p.coef_at);
-    auto* const groups = reinterpret_cast<std::uint32_t*>(ws + p.groups_at);  // count, then experts
-    auto* const sums = reinterpret_cast<float*>(ws + p.sums_at);              // wide column tiles: chunk sums per group
-    const auto quantized = [&](std::size_t t) { return cpu::quantized_at(ws + p.x_at + t * p.x_stride, d_model); };
-    const cpu::kernel_tuning& kt = tuning.kernels;
-
-    if (p.quantize_x) {
-      ex.parallel_for(p.tokens, [&](std::size_t t) { quantize(a.input.row(t), d_model, quantized(t), false); });
-    }
-    ex.parallel_for(1, [&](std::size_t) {
-      std::uint32_t n = 0;
-      for (std::size_t e = 0; e < experts; ++e) {
-        if (r.expert_offsets[e + 1] > r.expert_offsets[e]) groups[1 + n++] = static_cast<std::uint32_t>(e);
-      }
-      if (shared) groups[1 + n++] = static_cast<std::uint32_t>(experts);
-      groups[0] = n;
-      for (std::size_t q = 0; q < p.pairs; ++q) coef[q] = r.pair_weight[r.expert_pairs[q]];
-      if (shared) std::fill(coef + p.pairs, coef + p.rows, 1.0F);
-      // comb_rows[token-major slot] = the f row of that pair: the inverse of expert_pairs.
-      for (std::size_t q = 0; q < p.pairs; ++q) {
-        const std::uint32_t pr = r.expert_pairs[q];
-        comb_rows[pr + (shared ? r.expert_tokens[q] : 0)] = static_cast<std::uint32_t>(q);
-      }
-      if (shared) {
-        for (std::size_t t = 0; t < p.tokens; ++t)
-          comb_rows[r.token_offsets[t + 1] + t] = static_cast<std::uint32_t>(p.pairs + t);
-      }
-    });
-    ex.sync();
-
-    // Group g: its layer, token count, i-th token and i-th row of h / f.
-    const auto group_layer = [&](std::uint32_t e) { return e == experts ? a.shared : a.experts.expert(e); };
-    const auto group_size = [&](std::uint32_t e) {
-      return e == experts ? p.tokens : static_cast<std::size_t>(r.expert_offsets[e + 1] - r.expert_offsets[e]);
-    };
-    const auto group_token = [&](std::uint32_t e, std::size_t i) -> std::size_t {
-      return e == experts ? i : r.expert_tokens[r.expert_offsets[e] + i];
-    };
-    const auto group_row = [&](std::uint32_t e, std::size_t i) -> std::size_t {
-      return e == experts ? p.pairs + i : r.expert_offsets[e] + i;
-    };
-    const auto rows_of = [&](const weight_view& w, bool int8, std::size_t t, std::size_t b, std::size_t e, float* out) {
-      weight_view from = w;  // rows b .. e of w as rows 0 .. e - b
-      from.data = static_cast<const std::byte*>(w.data) + b * w.row_stride;
-      from.rows = e - b;
-      if (int8) {
-        const cpu::quantized_x q = quantized(t);
-        cpu::detail::gemv_rows_q8x(from, nullptr, 0, e - b, q.q, q.d, out, kt);
-      } else {
-        cpu::detail::gemv_rows(from, nullptr, 0, e - b, a.input.row(t), out, kt);
-      }
-    };
-    // (group, block) of a task over blocks of `per` units of each group's `extent(e)`.
-    const std::size_t n_groups = groups[0];
-    // (expert, block, group index) of a task over blocks of `per` units of each group's extent(e).
-    struct task_at {
-      std::uint32_t e;
-      std::size_t block, slot;
-    };
-    const auto locate = [&](std::size_t task, auto extent, std::size_t per) {
-      for (std::size_t g = 0; g < n_groups; ++g) {
-        const std::size_t blocks = (extent(groups[1 + g]) + per - 1) / per;
-        if (task < blocks) return task_at{groups[1 + g], task, g};
-        task -= blocks;
-      }
-      return task_at{0, 0, 0};
-    };
-    const auto count_tasks = [&](auto extent, std::size_t per) {
-      std::size_t n = 0;
-      for (std::size_t g = 0; g < n_groups; ++g) n += (extent(groups[1 + g]) + per - 1) / per;
-      return n;
-    };
-    const auto d_ff_of = [&](std::uint32_t e) { return group_layer(e).d_ff(); };
-    constexpr std::size_t group8 = 8;
-    constexpr std::size_t few_tokens = 4;
-    ex.parallel_for(count_tasks(d_ff_of, cpu::rows_per_task), [&](std::size_t task) {
-      const auto [e, block, slot] = locate(task, d_ff_of, cpu::rows_per_task);
-      (void)slot;
-      const ffn_layer L = group_layer(e);
-      const bool up8 = e == experts ? p.shared_up_int8 : p.up_int8;
-      const bool gate8 = e == experts ? p.shared_gate_int8 : p.gate_int8;
-      const std::size_t begin = block * cpu::rows_per_task;
-      const std::size_t end = std::min(begin + cpu::rows_per_task, L.d_ff());
-      const std::size_t n = group_size(e);
-      float g[cpu::rows_per_task];
-      if (n > few_tokens && !up8 && !gate8) {         // f32 / f16 / bf16: several tokens per weight load
-        const auto sub = [&](const weight_view& w) {  // rows begin .. end as rows 0 ..
-          weight_view v = w;
-          v.data = static_cast<const std::byte*>(w.data) + begin * w.row_stride;
-          v.rows = end - begin;
-          return v;
-        };
-        const weight_view up_rows = sub(L.up);
-        const weight_view gate_rows = sub(L.gate);
-        constexpr std::size_t chunk = 16;
-        float gates[chunk][cpu::rows_per_task];
-        const float* xs[chunk];
-        float* hs[chunk];
-        float* gs[chunk];
-        for (std::size_t i0 = 0; i0 < n; i0 += chunk) {
-          const std::size_t c = std::min(chunk, n - i0);
-          for (std::size_t i = 0; i < c; ++i) {
-            xs[i] = a.input.row(group_token(e, i0 + i));
-            hs[i] = h + group_row(e, i0 + i) * p.h_stride + begin;
-            gs[i] = gates[i];
-          }
-          cpu::detail::gemm_rows(up_rows, 0, end - begin, xs, c, hs);
-          cpu::detail::gemm_rows(gate_rows, 0, end - begin, xs, c, gs);
-          for (std::size_t i = 0; i < c; ++i) {
-            cpu::detail::activate(L.act, gs[i], end - begin);
-            for (std::size_t j = 0; j < end - begin; ++j) hs[i][j] *= gs[i][j];
-          }
-        }
-        return;
-      }
-      // Few tokens: each token's rows of the block in two calls (up, then gate), the decode
-      // FFN's streams; many tokens (int8 path): 8 rows at a time for every token, while they sit in L1.
-      const std::size_t step = n <= few_tokens ? end - begin : group8;
-      for (std::size_t rb = begin; rb < end; rb += step) {
-        const std::size_t re = std::min(rb + step, end);
-        for (std::size_t i = 0; i < n; ++i) {
-          const std::size_t t = group_token(e, i);
-          float* const hr = h + group_row(e, i) * p.h_stride + rb;
-          rows_of(L.up, up8, t, rb, re, hr);
-          rows_of(L.gate, gate8, t, rb, re, g);
-          cpu::detail::activate(L.act, g, re - rb);
-          for (std::size_t j = 0; j < re - rb; ++j) hr[j] *= g[j];
-        }
-      }
-    });
-    ex.sync();
-    const auto by_down_t = [&](std::uint32_t e) { return !group_layer(e).down_t.absent(); };
-    const auto phase2_extent = [&](std::uint32_t) { return d_model; };
-    const std::size_t per2 = std::max(p.column_tile, cpu::rows_per_task);  // columns (down_t) or rows (down)
-    ex.parallel_for(count_tasks(phase2_extent, per2), [&](std::size_t task) {
-      const auto [e, block, slot] = locate(task, phase2_extent, per2);
-      const ffn_layer L = group_layer(e);
-      const std::size_t n = group_size(e);
-      const std::size_t c0 = block * per2;
-      const std::size_t c1 = std::min(c0 + per2, d_model);
-      if (by_down_t(e)) {
-        const cpu::row_chunks ch = cpu::cut_rows(L.d_ff(), nullptr, L.d_ff());
-        if (p.column_tile > cpu::axpy_column_quantum) {  // few tokens: the task's columns of whole rows
-          float* const sum = sums + slot * d_model + c0;
-          for (std::size_t i = 0; i < n; ++i) {
-            const std::size_t row = group_row(e, i);
-            cpu::axpy_chunks_in_columns(L.down_t, nullptr, h + row * p.h_stride, ch, c0, c1, f + row * d_model, sum,
-                                        kt);
-          }
-        } else {  // 64-column tiles, each reused from the cache by every token
-          float sum[cpu::axpy_column_quantum];
-          for (std::size_t i = 0; i < n; ++i) {
-            const std::size_t row = group_row(e, i);
-            cpu::axpy_chunks_in_columns(L.down_t, nullptr, h + row * p.h_stride, ch, c0, c1, f + row * d_model, sum,
-                                        kt);
-          }
-        }
-      } else {
-        for (std::size_t rb = c0; rb < c1; rb += group8) {
-          for (std::size_t i = 0; i < n; ++i) {
-            const std::size_t row = group_row(e, i);
-            cpu::detail::gemv_rows(L.down, nullptr, rb, std::min(rb + group8, c1), h + row * p.h_stride,
-                                   f + row * d_model, kt);
-          }
-        }
-      }
-    });
-    ex.sync();
-    const weight_view outputs(f, dtype::f32, p.rows, d_model, d_model * sizeof(float));
-    ex.parallel_for(p.tokens, [&](std::size_t t) {
-      const std::size_t b = r.token_offsets[t] + (shared ? t : 0);
-      const std::size_t e = r.token_offsets[t + 1] + (shared ? t + 1 : 0);
-      float* const y = a.output.row(t);
-      if (b == e) {
-        std::fill(y, y + d_model, 0.0F);
-        return;
-      }
-      cpu::detail::axpy_rows(outputs, comb_rows + b, e - b, coef, 0, d_model, y, kt);
-    });
+    cpu::moe_run(a, p, cpu_workspace(workspace, p.bytes, where), tuning.kernels)(ex);
     return status::ok();
   }
 

@@ -47,6 +47,11 @@ void quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d);
 void gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
                    const std::int8_t* xq, const float* xd, float* y, const kernel_tuning& t = {});
 
+// y[t][k] = W[k, :]·x_t for k in [begin, end) and t < count on quantized x (xq[t], xd[t]):
+// each weight unit loaded once for several tokens; each value equals gemv_rows_q8x's bit for bit.
+void gemm_rows_q8x(const weight_view& w, std::size_t begin, std::size_t end, const std::int8_t* const* xq,
+                   const float* const* xd, std::size_t count, float* const* y);
+
 // y[k] = W[k, :]·x for k in [begin, end) (begin a multiple of 16), from W's interleaved copy on
 // quantized x, with xs[b] = Σ_{i in block b} xq[i] (block_sums). Per row: acc = acc +
 // float(D_b)·(d_w·d_x) over the blocks in order, D_b the exact int32 dot product, so a row's

@@ -44,6 +44,7 @@ HWY_EXPORT(axpy_rows);
 HWY_EXPORT(fused_multiply_add);
 HWY_EXPORT(quantize_q8_0_x);
 HWY_EXPORT(gemv_rows_q8x);
+HWY_EXPORT(gemm_rows_q8x);
 HWY_EXPORT(gemv_rows_interleaved);
 HWY_EXPORT(activate);
 HWY_EXPORT(selection_table);
@@ -86,6 +87,15 @@ void gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t 
   }
   ::actsparse::detail::require(w.cols % 32 == 0, where, "w.cols", w.cols, "a multiple of 32 (whole blocks)");
   ACTSPARSE_CPU_DISPATCH(gemv_rows_q8x)(w, rows, begin, end, xq, xd, y, t);
+}
+void gemm_rows_q8x(const weight_view& w, std::size_t begin, std::size_t end, const std::int8_t* const* xq,
+                   const float* const* xd, std::size_t count, float* const* y) {
+  constexpr std::string_view where = "cpu::gemm_rows_q8x";
+  if (!support(w.type).int8_activations) {
+    ::actsparse::detail::fail(where, "w.type", name(w.type), "q8_0 or q4_0 (the weight dtypes of the integer GEMV)");
+  }
+  ::actsparse::detail::require(w.cols % 32 == 0, where, "w.cols", w.cols, "a multiple of 32 (whole blocks)");
+  ACTSPARSE_CPU_DISPATCH(gemm_rows_q8x)(w, begin, end, xq, xd, count, y);
 }
 void gemv_rows_interleaved(const interleaved_view& w, std::size_t begin, std::size_t end, const std::int8_t* xq,
                            const float* xd, const std::int32_t* xs, float* y, const kernel_tuning& t) {

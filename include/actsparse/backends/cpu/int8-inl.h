@@ -201,6 +201,78 @@ ACTSPARSE_INT8_ATTR HWY_NOINLINE void int8_gemv_range(const weight_view& w, cons
   }
 }
 
+// Several tokens at once (the grouped MoE experts' prefill): out[t][k + r] = W[row r, :]·x_t
+// for R rows and TK tokens. Each unit of the R rows is loaded once for TK tokens (the x side of
+// each token prepared once for the R rows); every (row, token) accumulator sees int8_dot_rows'
+// operations for that row and token, unit after unit, so the result equals int8_gemv_range
+// bit for bit.
+template <std::size_t R, std::size_t TK, class B>
+ACTSPARSE_INT8_ATTR HWY_INLINE void int8_dot_rows_tokens(const B* const* HWY_RESTRICT w,
+                                                         const std::int8_t* const* HWY_RESTRICT xq,
+                                                         const float* const* HWY_RESTRICT xd, std::size_t blocks,
+                                                         const float* HWY_RESTRICT scales,
+                                                         float* const* HWY_RESTRICT out, std::size_t k) {
+  using K = int8_kernel;
+  constexpr std::size_t U = K::unit;
+  typename K::acc_type acc[R][TK];
+  for (std::size_t r = 0; r < R; ++r) {
+    for (std::size_t t = 0; t < TK; ++t) acc[r][t] = K::zero();
+  }
+  std::size_t b = 0;
+  for (; b + U <= blocks; b += U) {
+    typename K::x_unit xu[TK];
+    for (std::size_t t = 0; t < TK; ++t) xu[t] = K::template prepare<B, false>(xq[t], xd[t], b);
+    for (std::size_t r = 0; r < R; ++r) {
+      for (std::size_t t = 0; t < TK; ++t) acc[r][t] = K::template dot<B, false>(w[r] + b, xu[t], scales, acc[r][t]);
+    }
+  }
+  if constexpr (U > 1) {
+    if (b < blocks) {  // one block left
+      for (std::size_t t = 0; t < TK; ++t) {
+        const typename K::x_unit xu = K::template prepare<B, true>(xq[t], xd[t], b);
+        for (std::size_t r = 0; r < R; ++r) acc[r][t] = K::template dot<B, true>(w[r] + b, xu, scales, acc[r][t]);
+      }
+    }
+  }
+  for (std::size_t r = 0; r < R; ++r) {
+    for (std::size_t t = 0; t < TK; ++t) out[t][k + r] = K::reduce(acc[r][t]);
+  }
+}
+
+// Rows and tokens per pass of the multi-token integer GEMV: 2 × 4 accumulators and 4 tokens'
+// x units fit AVX-512's 32 registers, 2 × 2 the 16 of narrower targets.
+inline constexpr std::size_t int8_gemm_tokens = HWY_MAX_BYTES >= 64 ? 4 : 2;
+inline constexpr std::size_t int8_gemm_rows_at_once = 2;
+
+// y[t][k] = W[k, :]·x_t for k in [begin, end) and t < count, on quantized x (xq[t], xd[t]);
+// each y[t][k] is int8_gemv_range's bits for that token.
+template <class B>
+ACTSPARSE_INT8_ATTR HWY_NOINLINE void int8_gemm_range(const weight_view& w, std::size_t begin, std::size_t end,
+                                                      const std::int8_t* const* xq, const float* const* xd,
+                                                      std::size_t count, float* const* y) {
+  static_assert(is_block_type<B>);
+  const auto* base = static_cast<const std::byte*>(w.data);
+  const std::size_t blocks = w.cols / values_per_block;
+  const float* scales = f16_to_f32_table();
+  const auto row = [&](std::size_t k) { return reinterpret_cast<const B*>(base + k * w.row_stride); };
+  const auto rows_for = [&]<std::size_t TK>(std::size_t t) {
+    constexpr std::size_t R = int8_gemm_rows_at_once;
+    const B* group[R];
+    std::size_t k = begin;
+    for (; k + R <= end; k += R) {
+      for (std::size_t r = 0; r < R; ++r) group[r] = row(k + r);
+      int8_dot_rows_tokens<R, TK>(group, xq + t, xd + t, blocks, scales, y + t, k);
+    }
+    for (; k < end; ++k) {
+      group[0] = row(k);
+      int8_dot_rows_tokens<1, TK>(group, xq + t, xd + t, blocks, scales, y + t, k);
+    }
+  };
+  std::size_t t = 0;
+  for (; t + int8_gemm_tokens <= count; t += int8_gemm_tokens) rows_for.template operator()<int8_gemm_tokens>(t);
+  for (; t < count; ++t) rows_for.template operator()<1>(t);
+}
+
 template <class B>
 ACTSPARSE_INT8_ATTR HWY_NOINLINE void interleaved_gemv_range(const interleaved_view& w, std::size_t begin,
                                                              std::size_t end, const std::int8_t* xq, const float* xd,

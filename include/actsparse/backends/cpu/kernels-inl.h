@@ -51,6 +51,7 @@ struct block_kernels {
   static constexpr auto gemv = &gemv_block_range<B>;
   static constexpr auto axpy = &axpy_block_range<B>;
   static constexpr auto int8_gemv = &int8_gemv_range<B>;
+  static constexpr auto int8_gemm = &int8_gemm_range<B>;
   static constexpr auto interleaved_gemv = &interleaved_gemv_range<B>;
 };
 template <>
@@ -104,6 +105,14 @@ inline void gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::
   visit_dtype(w.type, [&](auto tag) {
     using K = target_kernels<typename decltype(tag)::type>;
     if constexpr (requires { K::int8_gemv; }) K::int8_gemv(w, rows, begin, end, xq, xd, y, t);
+  });
+}
+
+inline void gemm_rows_q8x(const weight_view& w, std::size_t begin, std::size_t end, const std::int8_t* const* xq,
+                          const float* const* xd, std::size_t count, float* const* y) {
+  visit_dtype(w.type, [&](auto tag) {
+    using K = target_kernels<typename decltype(tag)::type>;
+    if constexpr (requires { K::int8_gemm; }) K::int8_gemm(w, begin, end, xq, xd, count, y);
   });
 }
 

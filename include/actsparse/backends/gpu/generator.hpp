@@ -199,8 +199,8 @@ enum class grid_rule : std::uint8_t {
 };
 
 // One kernel of an op: its name ($DT, $ACT, $SUFFIX, $T, $PASS filled), arguments, the thread
-// positions its body reads, its grid, and its body (kernel_source.hpp). A body with $ROWS
-// starts from source::warp_rows with $LIMIT and $ROW as given.
+// positions its body reads, its grid, and its body (kernel_source.hpp). With $LIMIT and $ROW
+// given, a body's $ROWS is source::warp_rows and its $GATED source::gated_rows.
 struct kernel_text {
   std::string_view name;
   std::span<const param> params;
@@ -256,9 +256,9 @@ inline constexpr kernel_text split_kernels[] = {
     {"actsparse_reduce_partials_t$T", source::reduce_params, p::gid, grid_rule::threads, source::reduce_partials}};
 inline constexpr kernel_text gather_values_kernels[] = {{"actsparse_gather_values$SUFFIX", source::gather_values_params,
                                                          p::gid, grid_rule::threads, source::gather_values}};
-inline constexpr kernel_text gated_gather_kernels[] = {{"actsparse_gated_gather_$ACT_$DT$SUFFIX",
-                                                        source::gated_gather_params, rows_positions, grid_rule::rows,
-                                                        source::gated_gather}};
+inline constexpr kernel_text gated_gather_kernels[] = {
+    {"actsparse_gated_gather_$ACT_$DT$SUFFIX", source::gated_gather_params, rows_positions, grid_rule::rows,
+     source::gated_gather, "count", "(idx != nullptr ? idx[k] : k)"}};
 inline constexpr kernel_text gated_hidden_kernels[] = {{"actsparse_gated_hidden_$ACT$SUFFIX",
                                                         source::gated_hidden_params, p::gid, grid_rule::threads,
                                                         source::gated_hidden}};
@@ -275,8 +275,8 @@ inline constexpr kernel_text moe_route_kernels[] = {
 inline constexpr kernel_text moe_pad_kernels[] = {
     {"actsparse_moe_pad$SUFFIX", source::moe_pad_params, rows_positions, grid_rule::rows, source::moe_pad}};
 inline constexpr kernel_text moe_gated_kernels[] = {{"actsparse_moe_gated_$ACT_$DT$SUFFIX", source::moe_gated_params,
-                                                     p::lane | p::warp | p::grid_2d, grid_rule::rows,
-                                                     source::moe_gated}};
+                                                     p::lane | p::warp | p::grid_2d, grid_rule::rows, source::moe_gated,
+                                                     "d_ff", "k"}};
 inline constexpr kernel_text moe_down_kernels[] = {{"actsparse_moe_down_$DT$SUFFIX", source::moe_down_params,
                                                     p::tid | p::grid_2d, grid_rule::elements, source::moe_down}};
 inline constexpr kernel_text moe_combine_kernels[] = {{"actsparse_moe_combine$SUFFIX", source::moe_combine_params,
@@ -581,6 +581,7 @@ struct kernel_set {
       rows.emplace_back("LIMIT", k.limit);
       rows.emplace_back("ROW", k.row);
       kk.emplace_back("ROWS", detail::substitute(source::warp_rows, rows));
+      kk.emplace_back("GATED", detail::substitute(source::gated_rows, rows));
       kk.emplace_back("LIMIT", k.limit);
     }
     out.kernels.push_back({detail::substitute(k.name, keys), k.params, k.positions, detail::substitute(k.body, kk)});

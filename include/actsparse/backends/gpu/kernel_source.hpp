@@ -224,19 +224,18 @@ inline constexpr std::string_view gated_hidden = R"(  if (gid < n) h[gid] = acts
 )";
 inline constexpr param gated_hidden_params[] = {{K::in_f32, "g"}, {K::in_f32, "u"}, {K::u32, "n"}, {K::out_f32, "h"}};
 
-// gated_gather: warp_rows over two matrices. Each accumulator sees exactly warp_rows'
-// operations (the same lanes, order and butterfly), so its sums are gather_gemv's bits. With
-// gate_act given, the gate loads and sums are skipped (a uniform branch).
-inline constexpr std::string_view gated_gather = R"(  const unsigned int first = (group * $WARPSu + warp) * $Ru;
-  const unsigned int n = cols / $BVu;
-  const bool need_gate = gate_act == nullptr;
+// warp_rows over two matrices (after `first`): acc_u[r] = up[row(first + r), :]·x and, where
+// need_gate, acc_g[r] = gate[row, :]·x. Each accumulator sees exactly warp_rows' operations
+// (the same lanes, order and butterfly), so its sums are gather_gemv's bits. $ROW is the row of
+// output k; outputs >= $LIMIT read row 0 in their place.
+inline constexpr std::string_view gated_rows = R"(  const unsigned int n = cols / $BVu;
   unsigned int row[$R];
   float acc_g[$R];
   float acc_u[$R];
   GPU_UNROLL
   for (int r = 0; r < $R; ++r) {
     const unsigned int k = first + (unsigned int)r;
-    row[r] = k < count ? (idx != nullptr ? idx[k] : k) : 0u;
+    row[r] = k < $LIMIT ? $ROW : 0u;
     acc_g[r] = 0.0f;
     acc_u[r] = 0.0f;
   }
@@ -266,7 +265,13 @@ inline constexpr std::string_view gated_gather = R"(  const unsigned int first =
     acc_u[r] = actsparse_simd_sum(acc_u[r]);
     if (need_gate) acc_g[r] = actsparse_simd_sum(acc_g[r]);
   }
-  if (lane == 0u) {
+)";
+
+// gated_gather: gated_rows over the listed rows (idx, or the first count). With gate_act
+// given, the gate loads and sums are skipped (a uniform branch).
+inline constexpr std::string_view gated_gather = R"(  const unsigned int first = (group * $WARPSu + warp) * $Ru;
+  const bool need_gate = gate_act == nullptr;
+$GATED  if (lane == 0u) {
     GPU_UNROLL
     for (int r = 0; r < $R; ++r) {
       const unsigned int k = first + (unsigned int)r;

@@ -107,52 +107,17 @@ inline constexpr param moe_pad_params[] = {{K::in_u32, "expert_offsets"},
                                            {K::out_u32, "block_experts"},
                                            {K::out_u32, "pairs_post_padded"}};
 
-// moe_gated: gated_gather's body (warp_rows over two matrices) for the expert of position q on
-// the token of q, rows first .. first + R - 1 of d_ff. Each accumulator sees warp_rows'
-// operations: act(gemv(gate_e)) · gemv(up_e) bit for bit.
+// moe_gated: gated_rows (kernel_source.hpp) for the expert of position q on the token of q,
+// rows first .. first + R - 1 of d_ff: act(gemv(gate_e)) · gemv(up_e) bit for bit.
 inline constexpr std::string_view moe_gated = R"(  GPU_GROUP_2D(pairs, q, tile);
   if (q >= pairs) return;
   const unsigned int ex = actsparse_moe_segment(expert_offsets, experts, q);
-  GPU_GLOBAL const unsigned char* gate_e = gate + (GPU_U64)ex * gate_expert_stride;
-  GPU_GLOBAL const unsigned char* up_e = up + (GPU_U64)ex * up_expert_stride;
-  GPU_GLOBAL const float* xt = x + (GPU_U64)expert_tokens[q] * x_stride;
+  gate += (GPU_U64)ex * gate_expert_stride;
+  up += (GPU_U64)ex * up_expert_stride;
+  x += (GPU_U64)expert_tokens[q] * x_stride;
   const unsigned int first = (tile * $WARPSu + warp) * $Ru;
-  const unsigned int n = cols / $BVu;
-  unsigned int row[$R];
-  float acc_g[$R];
-  float acc_u[$R];
-  GPU_UNROLL
-  for (int r = 0; r < $R; ++r) {
-    const unsigned int k = first + (unsigned int)r;
-    row[r] = k < d_ff ? k : 0u;
-    acc_g[r] = 0.0f;
-    acc_u[r] = 0.0f;
-  }
-  for (unsigned int e = lane; e < n; e += 32u) {
-    float xv[$BV];
-    GPU_UNROLL
-    for (int i = 0; i < $BV; ++i) xv[i] = xt[e * $BVu + (unsigned int)i];
-    GPU_UNROLL
-    for (int r = 0; r < $R; ++r) {
-      float wv[$BV];
-      actsparse_decode_$DT(up_e + (GPU_U64)row[r] * up_stride, e, wv);
-      GPU_UNROLL
-      for (int i = 0; i < $BV; ++i) acc_u[r] = GPU_FMA(wv[i], xv[i], acc_u[r]);
-    }
-    GPU_UNROLL
-    for (int r = 0; r < $R; ++r) {
-      float wv[$BV];
-      actsparse_decode_$DT(gate_e + (GPU_U64)row[r] * gate_stride, e, wv);
-      GPU_UNROLL
-      for (int i = 0; i < $BV; ++i) acc_g[r] = GPU_FMA(wv[i], xv[i], acc_g[r]);
-    }
-  }
-  GPU_UNROLL
-  for (int r = 0; r < $R; ++r) {
-    acc_u[r] = actsparse_simd_sum(acc_u[r]);
-    acc_g[r] = actsparse_simd_sum(acc_g[r]);
-  }
-  if (lane == 0u) {
+  const bool need_gate = true;
+$GATED  if (lane == 0u) {
     GPU_GLOBAL float* hq = h + (GPU_U64)q * d_ff;
     GPU_UNROLL
     for (int r = 0; r < $R; ++r) {
