@@ -5,7 +5,7 @@
 // expert-major pairs (moe_gated: gate + up + activation, moe_down: the down projection) and
 // the weighted combine in token-major order (moe_combine). The layouts are core's
 // (core/op_args.hpp, "Mixture of experts"; core/routing.hpp); what each kernel computes, its
-// arguments and grid: gpu/generator.hpp's header.
+// arguments and grid: gpu/op_table.hpp's header.
 //
 // Every list is written by one warp in pair order and every sum has a fixed order, so the
 // tables equal routing_table::assign's and pad()'s exactly, and the floats do not depend on
