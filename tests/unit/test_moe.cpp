@@ -620,6 +620,59 @@ TEST_CASE("cpu gemm_rows (several tokens per weight load) equals gemv_rows per t
 }
 
 TEST_CASE(
+    "cpu axpy_tokens (several tokens per weight load) equals the chunked row axpy per token bit for bit, "
+    "every target") {
+  std::mt19937 rng(79);
+  for (const dtype type : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+    const bool blocks = info(type).block_values > 1;
+    for (const std::size_t cols : {blocks ? 96U : 67U, 256U}) {
+      for (const std::size_t tokens : {1U, 5U, 9U}) {
+        INFO(name(type), " cols ", cols, " tokens ", tokens);
+        const std::size_t rows = 13;
+        const actsparse_test::quantized_matrix m = actsparse_test::make_quantized_matrix(type, rows, cols, rng);
+        const std::vector<float> h = random_vector(tokens * rows, rng);
+        const std::size_t first[] = {0, 5, 6, rows};  // three chunks, one of a single row
+        const std::size_t c0 = blocks ? 32 : 3;       // a column range inside the rows
+        const std::size_t c1 = cols;
+        cpu_test::for_each_target([&] {
+          std::vector<float> y(tokens * cols, -1.0F);
+          std::vector<const float*> hs;
+          std::vector<float*> ys;
+          for (std::size_t t = 0; t < tokens; ++t) {
+            hs.push_back(h.data() + t * rows);
+            ys.push_back(y.data() + t * cols);
+          }
+          cpu::detail::axpy_tokens(m.view, first, 3, hs.data(), tokens, c0, c1, ys.data());
+          for (std::size_t t = 0; t < tokens; ++t) {
+            std::vector<float> want(cols, -1.0F);
+            std::vector<float> sum(cols);
+            for (std::size_t k = 0; k < 3; ++k) {
+              weight_view chunk = m.view;
+              chunk.data = static_cast<const std::byte*>(m.view.data) + first[k] * m.view.row_stride;
+              chunk.rows = first[k + 1] - first[k];
+              cpu::detail::axpy_rows(chunk, nullptr, chunk.rows, hs[t] + first[k], c0, c1,
+                                     k == 0 ? want.data() : sum.data());
+              if (k > 0) {
+                for (std::size_t c = c0; c < c1; ++c) want[c] += sum[c];
+              }
+            }
+            CHECK(same_bits(std::span<const float>(y.data() + t * cols, cols), want));
+          }
+        });
+      }
+    }
+  }
+  const actsparse_test::quantized_matrix q = actsparse_test::make_quantized_matrix(dtype::q4_0, 2, 64, rng);
+  const std::size_t first[] = {0, 2};
+  const float* h0 = nullptr;
+  float* y0 = nullptr;
+  CHECK_THROWS_WITH_AS(cpu::detail::axpy_tokens(q.view, first, 1, &h0, 1, 0, 96, &y0), doctest::Contains("col_end"),
+                       error);
+  CHECK_THROWS_WITH_AS(cpu::detail::axpy_tokens(q.view, first, 1, &h0, 1, 16, 64, &y0),
+                       doctest::Contains("whole 32-value blocks"), error);
+}
+
+TEST_CASE(
     "cpu gemm_rows_q8x (several tokens per weight unit) equals gemv_rows_q8x per token bit for bit, every target") {
   std::mt19937 rng(78);
   for (const dtype type : {dtype::q8_0, dtype::q4_0}) {

@@ -39,6 +39,10 @@ using block_tag = hn::CappedTag<float, 16>;
 inline constexpr std::size_t values_per_block = 32;
 inline constexpr std::size_t half_block = values_per_block / 2;
 
+// Tokens per pass of the multi-token row axpys (axpy_tokens_range here and in rows-inl.h):
+// their accumulators and one row's weight vectors within the register file.
+inline constexpr std::size_t axpy_tokens_at_once = HWY_MAX_BYTES >= 64 ? 4 : 2;
+
 template <class B>
 inline constexpr bool is_block_type = std::is_same_v<B, block_q8_0> || std::is_same_v<B, block_q4_0>;
 
@@ -327,6 +331,106 @@ HWY_NOINLINE void axpy_block_range(const weight_view& wt, const std::uint32_t* r
     const float cj = coef_of(k);
     axpy_block_rows<1>(one, static_cast<const B* const*>(nullptr), &cj, blocks, scales, out);
   }
+}
+
+// Several tokens at once on q8_0 / q4_0 rows (the grouped MoE experts' down projection): y_t[c]
+// = s_0[c] + s_1[c] + ... for c in [col_begin, col_end) (whole blocks) and t < count, s_k the
+// chain acc = fma(float(q)·d, coef_t[j], acc) from 0 over the rows j of chunk k (first[k] ..
+// first[k + 1]) in order: axpy_block_range's operations for each token (its weights are exact
+// products, however decoded), so each token's y equals its per-token row axpy bit for bit. A
+// step decodes 2 blocks of a row once for TK tokens, whose outputs stay in registers.
+template <std::size_t NB, std::size_t TK, class B>
+HWY_INLINE void axpy_block_tokens_step(const B* HWY_RESTRICT w0, std::size_t row_stride, const std::size_t* first,
+                                       std::size_t chunks, const float* const* HWY_RESTRICT coef, std::size_t b0,
+                                       const float* HWY_RESTRICT scales, float* const* HWY_RESTRICT y) {
+  const block_tag df;
+  using V = hn::Vec<decltype(df)>;
+  constexpr std::size_t lanes = hn::MaxLanes(block_tag{});     // fixed-width targets (see the caller)
+  constexpr std::size_t per_block = values_per_block / lanes;  // vectors per block
+  constexpr std::size_t max_vectors = NB * per_block;
+  for (std::size_t k = 0; k < chunks; ++k) {
+    V acc[TK][max_vectors];
+    for (std::size_t t = 0; t < TK; ++t) {
+      for (std::size_t v = 0; v < NB * per_block; ++v) acc[t][v] = hn::Zero(df);
+    }
+    for (std::size_t j = first[k]; j < first[k + 1]; ++j) {
+      const B* wj = reinterpret_cast<const B*>(reinterpret_cast<const std::byte*>(w0) + j * row_stride) + b0;
+      V wv[max_vectors];  // block i's values [v·lanes, (v + 1)·lanes) at i·per_block + v
+      for (std::size_t i = 0; i < NB; ++i) {
+        const V d = hn::Set(df, scales[wj[i].d.bits]);
+        for (std::size_t o = 0; o < half_block; o += lanes) {
+          V qlo;
+          V qhi;
+          if constexpr (std::is_same_v<B, block_q8_0>) {
+            qlo = q8_values(df, wj + i, o);
+            qhi = q8_values(df, wj + i, half_block + o);
+          } else {
+            q4_values(df, wj + i, o, qlo, qhi);
+          }
+          wv[i * per_block + o / lanes] = hn::Mul(qlo, d);
+          wv[i * per_block + (half_block + o) / lanes] = hn::Mul(qhi, d);
+        }
+      }
+      for (std::size_t t = 0; t < TK; ++t) {
+        const V ct = hn::Set(df, coef[t][j]);
+        for (std::size_t v = 0; v < NB * per_block; ++v) acc[t][v] = hn::MulAdd(wv[v], ct, acc[t][v]);
+      }
+    }
+    for (std::size_t t = 0; t < TK; ++t) {
+      float* const o = y[t] + b0 * values_per_block;
+      for (std::size_t v = 0; v < NB * per_block; ++v) {
+        hn::StoreU(k == 0 ? acc[t][v] : hn::Add(hn::LoadU(df, o + v * lanes), acc[t][v]), df, o + v * lanes);
+      }
+    }
+  }
+}
+
+template <class B>
+HWY_NOINLINE void axpy_block_tokens_range(const weight_view& wt, const std::size_t* first, std::size_t chunks,
+                                          const float* const* coef, std::size_t count, std::size_t col_begin,
+                                          std::size_t col_end, float* const* y) {
+  static_assert(is_block_type<B>);
+  if (col_begin % values_per_block != 0 || col_end % values_per_block != 0 || col_begin > col_end) {
+    fail_block_columns(col_begin, col_end);
+  }
+  const float* scales = f16_to_f32_table();
+  const B* const w0 = static_cast<const B*>(wt.data);
+  const std::size_t b_end = col_end / values_per_block;
+#if HWY_HAVE_SCALABLE  // run-time lanes: the per-token chains one value at a time
+  for (std::size_t t = 0; t < count; ++t) {
+    for (std::size_t c = col_begin; c < col_end; ++c) {
+      const std::size_t b = c / values_per_block;
+      const std::size_t i = c % values_per_block;
+      for (std::size_t k = 0; k < chunks; ++k) {
+        float acc = 0.0F;
+        for (std::size_t j = first[k]; j < first[k + 1]; ++j) {
+          const B& blk = reinterpret_cast<const B*>(reinterpret_cast<const std::byte*>(w0) + j * wt.row_stride)[b];
+          float q = 0.0F;
+          if constexpr (std::is_same_v<B, block_q8_0>) {
+            q = static_cast<float>(blk.qs[i]);
+          } else {
+            q = static_cast<float>(((blk.qs[i % half_block] >> (i < half_block ? 0 : 4)) & 0x0F) - 8);
+          }
+          acc = std::fma(q * scales[blk.d.bits], coef[t][j], acc);
+        }
+        y[t][c] = k == 0 ? acc : y[t][c] + acc;
+      }
+    }
+  }
+#else
+  constexpr std::size_t NB = 2;
+  const auto tokens = [&]<std::size_t TK>(const float* const* ct, float* const* yt) {
+    std::size_t b = col_begin / values_per_block;
+    for (; b + NB <= b_end; b += NB)
+      axpy_block_tokens_step<NB, TK>(w0, wt.row_stride, first, chunks, ct, b, scales, yt);
+    for (; b < b_end; ++b) axpy_block_tokens_step<1, TK>(w0, wt.row_stride, first, chunks, ct, b, scales, yt);
+  };
+  std::size_t t = 0;
+  for (; t + axpy_tokens_at_once <= count; t += axpy_tokens_at_once) {
+    tokens.template operator()<axpy_tokens_at_once>(coef + t, y + t);
+  }
+  for (; t < count; ++t) tokens.template operator()<1>(coef + t, y + t);
+#endif
 }
 
 }  // namespace actsparse::cpu::HWY_NAMESPACE

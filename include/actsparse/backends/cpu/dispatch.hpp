@@ -30,6 +30,15 @@ void gemm_rows(const weight_view& w, std::size_t begin, std::size_t end, const f
 void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef,
                std::size_t col_begin, std::size_t col_end, float* y, const kernel_tuning& t = {});
 
+// Several tokens' row axpys in chunks of rows: y_t[c] = s_0[c] + s_1[c] + ... for c in
+// [col_begin, col_end) and t < count, s_k[c] = Σ_j coef[t][j] · Wt[j, c] over the rows j in
+// [first[k], first[k + 1]) (the chain from 0, rows in order), chunks < axpy_max_chunks. Each
+// weight value is loaded once for several tokens; each y_t equals axpy_rows over the same
+// chunks (y = s_0, then y += s_1, ...: cpu::axpy_chunks_in_columns) bit for bit. Every dtype
+// (block types: columns on 32-value blocks).
+void axpy_tokens(const weight_view& wt, const std::size_t* first, std::size_t chunks, const float* const* coef,
+                 std::size_t count, std::size_t col_begin, std::size_t col_end, float* const* y);
+
 // Whether the target chosen at run time has a fused multiply-add (then the row axpy equals
 // the reference bit for bit).
 bool fused_multiply_add();

@@ -41,6 +41,7 @@ namespace actsparse::cpu {
 HWY_EXPORT(gemv_rows);
 HWY_EXPORT(gemm_rows);
 HWY_EXPORT(axpy_rows);
+HWY_EXPORT(axpy_tokens);
 HWY_EXPORT(fused_multiply_add);
 HWY_EXPORT(quantize_q8_0_x);
 HWY_EXPORT(gemv_rows_q8x);
@@ -73,6 +74,18 @@ void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t cou
     ::actsparse::detail::fail("cpu::axpy_rows", "wt.type", name(wt.type), "a dtype with CPU kernels (cpu/dtypes.hpp)");
   }
   ACTSPARSE_CPU_DISPATCH(axpy_rows)(wt, rows, count, coef, col_begin, col_end, y, t);
+}
+void axpy_tokens(const weight_view& wt, const std::size_t* first, std::size_t chunks, const float* const* coef,
+                 std::size_t count, std::size_t col_begin, std::size_t col_end, float* const* y) {
+  constexpr std::string_view where = "cpu::axpy_tokens";
+  if (!support(wt.type).f32_activations) {
+    ::actsparse::detail::fail(where, "wt.type", name(wt.type), "a dtype with CPU kernels (cpu/dtypes.hpp)");
+  }
+  ::actsparse::detail::require(col_begin <= col_end && col_end <= wt.cols, where, "col_end", col_end,
+                               "col_begin <= col_end <= wt.cols");
+  ::actsparse::detail::require(chunks >= 1 && first[chunks] <= wt.rows, where, "first[chunks]", first[chunks],
+                               "at least one chunk, ending at or before wt.rows");
+  ACTSPARSE_CPU_DISPATCH(axpy_tokens)(wt, first, chunks, coef, count, col_begin, col_end, y);
 }
 bool fused_multiply_add() { return ACTSPARSE_CPU_DISPATCH(fused_multiply_add)(); }
 void quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d) {

@@ -45,11 +45,13 @@ struct row_kernels {
   static constexpr auto gemv = &gemv_range<T>;
   static constexpr auto gemm = &gemm_range<T>;
   static constexpr auto axpy = &axpy_range<T>;
+  static constexpr auto axpy_tokens = &axpy_tokens_range<T>;
 };
 template <class B>
 struct block_kernels {
   static constexpr auto gemv = &gemv_block_range<B>;
   static constexpr auto axpy = &axpy_block_range<B>;
+  static constexpr auto axpy_tokens = &axpy_block_tokens_range<B>;
   static constexpr auto int8_gemv = &int8_gemv_range<B>;
   static constexpr auto int8_gemm = &int8_gemm_range<B>;
   static constexpr auto interleaved_gemv = &interleaved_gemv_range<B>;
@@ -97,6 +99,14 @@ inline void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::siz
   visit_dtype(wt.type, [&](auto tag) {
     using K = target_kernels<typename decltype(tag)::type>;
     if constexpr (requires { K::axpy; }) K::axpy(wt, rows, count, coef, col_begin, col_end, y, t);
+  });
+}
+
+inline void axpy_tokens(const weight_view& wt, const std::size_t* first, std::size_t chunks, const float* const* coef,
+                        std::size_t count, std::size_t col_begin, std::size_t col_end, float* const* y) {
+  visit_dtype(wt.type, [&](auto tag) {
+    using K = target_kernels<typename decltype(tag)::type>;
+    if constexpr (requires { K::axpy_tokens; }) K::axpy_tokens(wt, first, chunks, coef, count, col_begin, col_end, y);
   });
 }
 

@@ -6,7 +6,8 @@
 //   1  tasks (group, 64 rows of d_ff): h = act(W_gate[rows]·x)·(W_up[rows]·x) for every token
 //      of the group, each expert's rows read once for all its tokens
 //   2  tasks (group, columns of d_model): f = Σ_j h_j·W_downᵀ[j, :] per token in the decode
-//      FFN's chunked order (or rows of W_down: f = W_down·h)
+//      FFN's chunked order, several tokens per weight load for more than 4 tokens (or rows of
+//      W_down: f = W_down·h)
 //   3  per token: y_t = the row axpy of its pairs' f rows with their weights, in token-major
 //      order, then its shared row with coefficient 1
 // Each f row is the token FFN's (and the dense decode FFN's) bits for that token and expert;
@@ -222,8 +223,20 @@ class moe_run {
       return;
     }
     const row_chunks ch = cut_rows(L.d_ff(), nullptr, L.d_ff());
-    // Few tokens: the task's columns of whole rows (chunk sums in the plan's region); many:
-    // 64-column tiles, each reused from the cache by every token.
+    if (n > few_tokens) {  // several tokens per weight load, outputs held in registers per chunk
+      const float* hs[token_chunk];
+      float* fs[token_chunk];
+      for (std::size_t i0 = 0; i0 < n; i0 += token_chunk) {
+        const std::size_t c = std::min(token_chunk, n - i0);
+        for (std::size_t i = 0; i < c; ++i) {
+          hs[i] = h_row(e, i0 + i);
+          fs[i] = f_ + row(e, i0 + i) * d_model;
+        }
+        detail::axpy_tokens(L.down_t, ch.first, ch.count, hs, c, c0, c1, fs);
+      }
+      return;
+    }
+    // Few tokens: the task's columns of whole rows (chunk sums in the plan's region).
     float tile[axpy_column_quantum];
     float* const sum = p_.column_tile > axpy_column_quantum ? sums_ + slot * d_model + c0 : tile;
     for (std::size_t i = 0; i < n; ++i) {

@@ -351,6 +351,78 @@ HWY_NOINLINE void axpy_range(const weight_view& wt, const std::uint32_t* rows, s
   sweeps.template operator()<rows_at_once>(t.prefetch_bytes);
 }
 
+// Several tokens at once (prefill, the grouped MoE experts' down projection): y_t[c] = s_0[c] +
+// s_1[c] + ... for c in [col_begin, col_end) and t < count, s_k[c] the chain acc =
+// fma(Wt[j, c], coef_t[j], acc) from 0 over the rows j in [first[k], first[k + 1]) in order
+// (chunks of rows, as cpu::axpy_chunks_in_columns: y = s_0, then y += s_1, ...). A step holds
+// S output vectors of TK tokens in registers for a whole chunk: each weight vector is loaded
+// (and widened) once for TK tokens, and the outputs are not reloaded per row. Every output
+// sees axpy_range's chain, so each token's y equals its per-token row axpy bit for bit.
+// Tokens per pass: axpy_tokens_at_once (block-inl.h).
+
+template <std::size_t S, std::size_t TK, class T>
+HWY_INLINE void axpy_tokens_step(const T* HWY_RESTRICT w0, std::size_t row_stride, const std::size_t* first,
+                                 std::size_t chunks, const float* const* HWY_RESTRICT coef, std::size_t c,
+                                 float* const* HWY_RESTRICT y) {
+  const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
+  const std::size_t lanes = hn::Lanes(df);
+  for (std::size_t k = 0; k < chunks; ++k) {
+    V acc[TK][S];
+    for (std::size_t t = 0; t < TK; ++t) {
+      for (std::size_t s = 0; s < S; ++s) acc[t][s] = hn::Zero(df);
+    }
+    for (std::size_t j = first[k]; j < first[k + 1]; ++j) {
+      const T* wj = reinterpret_cast<const T*>(reinterpret_cast<const std::byte*>(w0) + j * row_stride) + c;
+      V wv[S];
+      for (std::size_t s = 0; s < S; ++s) wv[s] = load_as_f32(df, wj + s * lanes);
+      for (std::size_t t = 0; t < TK; ++t) {
+        const V ct = hn::Set(df, coef[t][j]);
+        for (std::size_t s = 0; s < S; ++s) acc[t][s] = hn::MulAdd(wv[s], ct, acc[t][s]);
+      }
+    }
+    for (std::size_t t = 0; t < TK; ++t) {
+      for (std::size_t s = 0; s < S; ++s) {
+        float* const o = y[t] + c + s * lanes;
+        hn::StoreU(k == 0 ? acc[t][s] : hn::Add(hn::LoadU(df, o), acc[t][s]), df, o);
+      }
+    }
+  }
+}
+
+template <class T>
+HWY_NOINLINE void axpy_tokens_range(const weight_view& wt, const std::size_t* first, std::size_t chunks,
+                                    const float* const* coef, std::size_t count, std::size_t col_begin,
+                                    std::size_t col_end, float* const* y) {
+  const hn::ScalableTag<float> df;
+  const std::size_t lanes = hn::Lanes(df);
+  constexpr std::size_t S = 4;  // TK x S accumulators + S weight vectors within the register file
+  const T* const w0 = static_cast<const T*>(wt.data);
+  const auto tokens = [&]<std::size_t TK>(const float* const* ct, float* const* yt) {
+    std::size_t c = col_begin;
+    for (; c + S * lanes <= col_end; c += S * lanes)
+      axpy_tokens_step<S, TK>(w0, wt.row_stride, first, chunks, ct, c, yt);
+    for (; c + lanes <= col_end; c += lanes) axpy_tokens_step<1, TK>(w0, wt.row_stride, first, chunks, ct, c, yt);
+    for (; c < col_end; ++c) {
+      for (std::size_t t = 0; t < TK; ++t) {
+        for (std::size_t k = 0; k < chunks; ++k) {
+          float acc = 0.0F;
+          for (std::size_t j = first[k]; j < first[k + 1]; ++j) {
+            const T* wj = reinterpret_cast<const T*>(reinterpret_cast<const std::byte*>(w0) + j * wt.row_stride);
+            acc = std::fma(scalar_f32(wj[c]), ct[t][j], acc);
+          }
+          yt[t][c] = k == 0 ? acc : yt[t][c] + acc;
+        }
+      }
+    }
+  };
+  std::size_t t = 0;
+  for (; t + axpy_tokens_at_once <= count; t += axpy_tokens_at_once) {
+    tokens.template operator()<axpy_tokens_at_once>(coef + t, y + t);
+  }
+  for (; t < count; ++t) tokens.template operator()<1>(coef + t, y + t);
+}
+
 // Whether this target's MulAdd is one fused rounding (AVX2, AVX3, NEON, ...). Where it is
 // not (SSE4, SSSE3, SCALAR) products are rounded before the add, and the row axpy agrees
 // with the reference within the f32 bound instead of bit for bit.
