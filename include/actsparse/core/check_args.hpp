@@ -14,6 +14,7 @@
 #include <actsparse/core/routing.hpp>
 #include <actsparse/core/views.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -203,6 +204,25 @@ inline void check_shapes(const moe_ffn_args& a, std::string_view where) {
   }
 }
 
+inline void check_shapes(const attention_args& a, std::string_view where) {
+  detail::require(a.n_heads >= 1 && a.n_kv_heads >= 1, where, "n_kv_heads", a.n_kv_heads,
+                  "at least one query head and one KV head");
+  if (a.n_heads % a.n_kv_heads != 0) {
+    detail::fail(
+        where, "n_heads", a.n_heads,
+        "a multiple of n_kv_heads = " + std::to_string(a.n_kv_heads) + " (each KV head serves as many query heads)");
+  }
+  detail::require(a.head_dim >= 1, where, "head_dim", a.head_dim, "at least 1");
+  detail::require(std::isfinite(a.scale), where, "scale", a.scale, "a finite value (usually 1 / sqrt(head_dim))");
+  detail::check_size(a.q.size(), a.n_heads * a.head_dim, where, "q.size()", "n_heads x head_dim");
+  detail::check_size(a.output.size(), a.n_heads * a.head_dim, where, "output.size()", "n_heads x head_dim");
+  detail::check_size(a.v_rows.size(), a.k_rows.size(), where, "v_rows.size()", "one V row per K row (position)");
+  if (!a.position_mass.empty()) {
+    detail::check_size(a.position_mass.size(), a.k_rows.size(), where, "position_mass.size()",
+                       "one value per position, or empty");
+  }
+}
+
 // ---- Full checks: the shapes and every index list walked. ----------------------------------
 
 inline void check_arguments(const gemv_args& a, std::string_view where) {
@@ -229,6 +249,23 @@ inline void check_arguments(const token_ffn_args& a, std::string_view where) {
 inline void check_arguments(const moe_ffn_args& a, std::string_view where) {
   check_shapes(a, where);
   check_routing(a.routing, where);
+}
+
+// The shapes, q finite, and every present row's format known.
+inline void check_arguments(const attention_args& a, std::string_view where) {
+  check_shapes(a, where);
+  for (std::size_t i = 0; i < a.q.size(); ++i) {
+    if (!std::isfinite(a.q[i])) detail::fail(where, "q[" + std::to_string(i) + "]", a.q[i], "finite values");
+  }
+  for (const borrowed_span<const row_ref>* rows : {&a.k_rows, &a.v_rows}) {
+    for (std::size_t p = 0; p < rows->size(); ++p) {
+      const row_ref& r = (*rows)[p];
+      if (r.data != nullptr && static_cast<unsigned>(r.format) > static_cast<unsigned>(row_format::int4_g32_min)) {
+        detail::fail(where, std::string(rows == &a.k_rows ? "k_rows[" : "v_rows[") + std::to_string(p) + "].format",
+                     static_cast<unsigned>(r.format), "a row_format (core/row_format.hpp)");
+      }
+    }
+  }
 }
 
 // Whether check_arguments has an overload for these arguments (run_checked requires one).

@@ -10,6 +10,7 @@
 
 #include <actsparse/core/activation.hpp>
 #include <actsparse/core/borrowed_span.hpp>
+#include <actsparse/core/row_format.hpp>
 #include <actsparse/core/views.hpp>
 
 #include <cstddef>
@@ -176,6 +177,27 @@ struct moe_ffn_args {
   matrix_view<const float> input;  // [tokens x d_model]
   matrix_view<float> output;       // [tokens x d_model], overwritten
   ffn_layer shared{};              // optional: a shared expert every token runs (weight 1), absent: none
+};
+
+// Decode attention of one query over a KV cache whose rows may sit in different formats (a
+// tiered store's rows in place: tiered_store::view). Position p's K row k_rows[p] and V row
+// v_rows[p] hold n_kv_heads × head_dim values; query head h reads KV head g = h / (n_heads /
+// n_kv_heads) (grouped-query attention; n_kv_heads == n_heads is multi-head). For every head:
+//   s_p = scale · (q_h · K_p[g]),  o_h = Σ_p softmax(s)_p · V_p[g]
+// over the present positions: a position whose K or V row is absent (data == nullptr) is
+// skipped (the caller's mask). No present position: o_h = 0. position_mass, when given,
+// receives Σ_h softmax(s)_p per position (0 for absent ones): what a heavy-hitter policy adds
+// to tiered_store::add_importance.
+struct attention_args {
+  borrowed_span<const float> q;  // [n_heads × head_dim]
+  borrowed_span<const row_ref> k_rows;
+  borrowed_span<const row_ref> v_rows;
+  std::size_t n_heads = 0;
+  std::size_t n_kv_heads = 0;
+  std::size_t head_dim = 0;
+  float scale = 0.0F;                    // usually 1 / sqrt(head_dim)
+  borrowed_span<float> output;           // [n_heads × head_dim], overwritten
+  borrowed_span<float> position_mass{};  // optional [positions], overwritten
 };
 
 }  // namespace actsparse

@@ -18,6 +18,7 @@
 
 #include <actsparse/core/dtype.hpp>
 #include <actsparse/core/error.hpp>
+#include <actsparse/core/row_format.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -29,63 +30,6 @@
 #include <string_view>
 
 namespace actsparse {
-
-enum class row_format : std::uint8_t { f32, f16, int8, int8_g32, int4_g32, int4_g32_min };
-
-[[nodiscard]] constexpr std::string_view name(row_format f) noexcept {
-  switch (f) {
-    case row_format::f32:
-      return "f32";
-    case row_format::f16:
-      return "f16";
-    case row_format::int8:
-      return "int8";
-    case row_format::int8_g32:
-      return "int8_g32";
-    case row_format::int4_g32:
-      return "int4_g32";
-    case row_format::int4_g32_min:
-      return "int4_g32_min";
-  }
-  return "?";
-}
-
-// The int4 block with a minimum: value_i = m + n_i·d, n_i the low nibbles of qs[0..15] for
-// i < 16 and their high nibbles for i >= 16 (q4_0's nibble order).
-struct block_q4_min {
-  f16 d;
-  f16 m;
-  std::uint8_t qs[16];
-};
-static_assert(sizeof(block_q4_min) == 20);
-
-inline constexpr std::size_t row_group = 32;
-
-[[nodiscard]] constexpr bool grouped(row_format f) noexcept {
-  return f == row_format::int8_g32 || f == row_format::int4_g32 || f == row_format::int4_g32_min;
-}
-[[nodiscard]] constexpr bool full_precision(row_format f) noexcept {
-  return f == row_format::f32 || f == row_format::f16;
-}
-
-// Bytes of one row of d values, scales included.
-[[nodiscard]] constexpr std::size_t row_bytes(row_format f, std::size_t d) noexcept {
-  switch (f) {
-    case row_format::f32:
-      return 4 * d;
-    case row_format::f16:
-      return 2 * d;
-    case row_format::int8:
-      return 4 + d;
-    case row_format::int8_g32:
-      return d / row_group * sizeof(block_q8_0);
-    case row_format::int4_g32:
-      return d / row_group * sizeof(block_q4_0);
-    case row_format::int4_g32_min:
-      return d / row_group * sizeof(block_q4_min);
-  }
-  return 0;
-}
 
 // Throws unless rows of d values can be held in format f.
 inline void check_row_format(row_format f, std::size_t d, std::string_view where) {
@@ -127,11 +71,17 @@ namespace detail {
   return h;
 }
 
+// "[i] = v", built by appends (GCC 12 warns falsely, -Wrestrict, on operator+ chains).
+[[nodiscard]] inline std::string indexed_value(std::size_t i, float v) {
+  std::string s = "[";
+  s.append(std::to_string(i)).append("] = ").append(to_text(v));
+  return s;
+}
+
 inline void check_finite_row(std::span<const float> x, std::string_view where) {
   for (std::size_t i = 0; i < x.size(); ++i) {
     if (!std::isfinite(x[i])) {
-      throw error(where, "row", "[" + std::to_string(i) + "] = " + to_text(x[i]),
-                  "finite values (the first non-finite one is shown)");
+      throw error(where, "row", indexed_value(i, x[i]), "finite values (the first non-finite one is shown)");
     }
   }
 }
@@ -160,7 +110,7 @@ inline void encode_row(row_format f, std::span<const float> x, std::byte* out) {
       for (std::size_t i = 0; i < d; ++i) {
         const f16 h = to_f16(x[i]);
         if (std::isinf(to_f32(h))) {
-          detail::fail(where, "row", "[" + std::to_string(i) + "] = " + detail::to_text(x[i]),
+          detail::fail(where, "row", detail::indexed_value(i, x[i]),
                        "values within f16's range (|x| <= 65504) for the f16 format");
         }
         std::memcpy(out + 2 * i, &h, 2);
@@ -229,74 +179,6 @@ inline void encode_row(row_format f, std::span<const float> x, std::byte* out) {
       std::memcpy(out + g * sizeof b, &b, sizeof b);
     }
   }
-}
-
-// The scale of value i of an encoded row (0 for f32 / f16): the bound |x − x'| <= scale / 2.
-[[nodiscard]] inline float row_scale(row_format f, const std::byte* row, std::size_t i) noexcept {
-  switch (f) {
-    case row_format::f32:
-    case row_format::f16:
-      return 0.0F;
-    case row_format::int8: {
-      float s = 0.0F;
-      std::memcpy(&s, row, 4);
-      return s;
-    }
-    case row_format::int8_g32:
-      return to_f32(reinterpret_cast<const block_q8_0*>(row)[i / row_group].d);
-    case row_format::int4_g32:
-      return to_f32(reinterpret_cast<const block_q4_0*>(row)[i / row_group].d);
-    case row_format::int4_g32_min:
-      return to_f32(reinterpret_cast<const block_q4_min*>(row)[i / row_group].d);
-  }
-  return 0.0F;
-}
-
-// Value i of an encoded row.
-[[nodiscard]] inline float decode_value(row_format f, const std::byte* row, std::size_t i) noexcept {
-  switch (f) {
-    case row_format::f32: {
-      float v = 0.0F;
-      std::memcpy(&v, row + 4 * i, 4);
-      return v;
-    }
-    case row_format::f16: {
-      f16 h{};
-      std::memcpy(&h, row + 2 * i, 2);
-      return to_f32(h);
-    }
-    case row_format::int8: {
-      float s = 0.0F;
-      std::memcpy(&s, row, 4);
-      return static_cast<float>(reinterpret_cast<const std::int8_t*>(row + 4)[i]) * s;
-    }
-    case row_format::int8_g32: {
-      const block_q8_0& b = reinterpret_cast<const block_q8_0*>(row)[i / row_group];
-      return static_cast<float>(b.qs[i % row_group]) * to_f32(b.d);
-    }
-    case row_format::int4_g32: {
-      const block_q4_0& b = reinterpret_cast<const block_q4_0*>(row)[i / row_group];
-      const std::size_t j = i % row_group;
-      const int n = j < 16 ? (b.qs[j] & 0x0F) : (b.qs[j - 16] >> 4);
-      return static_cast<float>(n - 8) * to_f32(b.d);
-    }
-    case row_format::int4_g32_min: {
-      const block_q4_min& b = reinterpret_cast<const block_q4_min*>(row)[i / row_group];
-      const std::size_t j = i % row_group;
-      const int n = j < 16 ? (b.qs[j] & 0x0F) : (b.qs[j - 16] >> 4);
-      return std::fma(static_cast<float>(n), to_f32(b.d), to_f32(b.m));
-    }
-  }
-  return 0.0F;
-}
-
-// Decodes a whole row into out (d values).
-inline void decode_row(row_format f, const std::byte* row, std::span<float> out) noexcept {
-  if (f == row_format::f32) {
-    std::memcpy(out.data(), row, 4 * out.size());
-    return;
-  }
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = decode_value(f, row, i);
 }
 
 }  // namespace actsparse

@@ -75,12 +75,6 @@ struct tiered_store_config {
   friend constexpr bool operator==(const tiered_store_config&, const tiered_store_config&) noexcept = default;
 };
 
-// Where a held row is, for readers (attention kernels read the bytes in place).
-struct row_ref {
-  row_format format = row_format::f32;
-  const std::byte* data = nullptr;
-};
-
 class tiered_store {
  public:
   using config_type = tiered_store_config;
@@ -122,7 +116,7 @@ class tiered_store {
     if (full_precision(c_.full_format) && c_.full_format == row_format::f16) {
       for (std::size_t i = 0; i < row.size(); ++i) {
         if (std::isinf(to_f32(to_f16(row[i])))) {
-          detail::fail(where, "row", "[" + std::to_string(i) + "] = " + detail::to_text(row[i]),
+          detail::fail(where, "row", detail::indexed_value(i, row[i]),
                        "values within f16's range (|x| <= 65504) for an f16 full tier");
         }
       }

@@ -13,11 +13,14 @@
 //   token_ffn_args         the token-sparse prefill FFN
 //   moe_ffn_args           an MoE layer: the routed experts' FFNs grouped by expert, then the
 //                          weighted combine
+//   attention_args         decode attention over KV rows of any row_format (a tiered store's
+//                          rows in place), grouped-query or multi-head
 // What it does not handle answers not_handled, so the engine or the ops layer can fall back.
 //
 // Weights of q8_0 / q4_0 meet x quantized to 8-bit blocks (int8_activations, below): the
 // result then differs from the reference by x's quantization error, bounded below.
 
+#include <actsparse/backends/cpu/attention.hpp>
 #include <actsparse/backends/cpu/dispatch.hpp>
 #include <actsparse/backends/cpu/executor.hpp>
 #include <actsparse/backends/cpu/moe.hpp>
@@ -90,6 +93,7 @@ struct cpu_backend {
   [[nodiscard]] cpu::moe_plan plan(const moe_ffn_args& a, std::size_t threads = 1) const noexcept {
     return cpu::make_plan(a, threads, options());
   }
+  [[nodiscard]] cpu::attention_plan plan(const attention_args& a) const noexcept { return cpu::make_plan(a); }
 
   // --- can_implement / workspace_size ----------------------------------------------------------
   [[nodiscard]] status can_implement(const gemv_args& a) const noexcept { return weights(a.w); }
@@ -109,6 +113,7 @@ struct cpu_backend {
     }
     return a.shared.gate.absent() ? status::ok() : layer(a.shared);
   }
+  [[nodiscard]] status can_implement(const attention_args& /*a*/) const noexcept { return status::ok(); }
 
   template <class Args>
   [[nodiscard]] std::size_t workspace_size(const Args& a) const noexcept {
@@ -344,6 +349,16 @@ struct cpu_backend {
     return status::ok();
   }
 
+  // Decode attention in phases (cpu/attention.hpp): chunks of positions per KV head, then per head.
+  status run(const attention_args& a, std::span<std::byte> workspace, executor_type& ex) const {
+    constexpr std::string_view where = "cpu::attention";
+    if (!ex.can_sync()) return status::not_handled(needs_barrier);
+    check_shapes(a, where);
+    const cpu::attention_plan p = plan(a);
+    cpu::attention_run(a, p, cpu_workspace(workspace, p.bytes, where))(ex);
+    return status::ok();
+  }
+
  private:
   static constexpr std::string_view needs_down_t =
       "cpu: the neuron-sparse FFN reads one row of W_down transposed per kept neuron: pass weights.down_t "
@@ -413,5 +428,6 @@ ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, transposed_linear_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, gated_ffn_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, token_ffn_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, moe_ffn_args);
+ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, attention_args);
 
 }  // namespace actsparse

@@ -8,6 +8,7 @@
 #include <actsparse/backends/cpu/tuning.hpp>
 #include <actsparse/core/activation.hpp>
 #include <actsparse/core/selection_passes.hpp>
+#include <actsparse/core/row_format.hpp>
 #include <actsparse/core/views.hpp>
 
 #include <cstddef>
@@ -38,6 +39,19 @@ void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t cou
 // (block types: columns on 32-value blocks).
 void axpy_tokens(const weight_view& wt, const std::size_t* first, std::size_t chunks, const float* const* coef,
                  std::size_t count, std::size_t col_begin, std::size_t col_end, float* const* y);
+
+// Decode attention over KV rows of any row_format (attention-inl.h; cpu/attention.hpp composes
+// them). Rows hold kv_heads × hd values; head h reads KV head g(h) = h / (heads / kv_heads):
+//   attention_scores:  out[h·hstride + p] = scale · (q_h · K_p[g(h)]) for h < heads (q_h = q +
+//                      h·hd), p < count; −inf for an absent row
+//   attention_softmax_part: per head m[h] = max_p s, w = exp(s − m), l[h] = Σ_p w (absent: 0)
+//   attention_values:  acc[h·hd + i] = Σ_p w[h·hstride + p] · V_p[g(h)][i] (positions in order)
+void attention_scores(const row_ref* rows, std::size_t count, std::size_t hd, std::size_t kv_heads, const float* q,
+                      std::size_t heads, float scale, float* out, std::size_t hstride);
+void attention_softmax_part(const float* s, std::size_t count, std::size_t heads, std::size_t hstride, float* w,
+                            float* m, float* l);
+void attention_values(const row_ref* rows, std::size_t count, std::size_t hd, std::size_t kv_heads, const float* w,
+                      std::size_t hstride, std::size_t heads, float* acc);
 
 // Whether the target chosen at run time has a fused multiply-add (then the row axpy equals
 // the reference bit for bit).

@@ -42,6 +42,9 @@ HWY_EXPORT(gemv_rows);
 HWY_EXPORT(gemm_rows);
 HWY_EXPORT(axpy_rows);
 HWY_EXPORT(axpy_tokens);
+HWY_EXPORT(attention_scores);
+HWY_EXPORT(attention_softmax_part);
+HWY_EXPORT(attention_values);
 HWY_EXPORT(fused_multiply_add);
 HWY_EXPORT(quantize_q8_0_x);
 HWY_EXPORT(gemv_rows_q8x);
@@ -86,6 +89,18 @@ void axpy_tokens(const weight_view& wt, const std::size_t* first, std::size_t ch
   ::actsparse::detail::require(chunks >= 1 && first[chunks] <= wt.rows, where, "first[chunks]", first[chunks],
                                "at least one chunk, ending at or before wt.rows");
   ACTSPARSE_CPU_DISPATCH(axpy_tokens)(wt, first, chunks, coef, count, col_begin, col_end, y);
+}
+void attention_scores(const row_ref* rows, std::size_t count, std::size_t hd, std::size_t kv_heads, const float* q,
+                      std::size_t heads, float scale, float* out, std::size_t hstride) {
+  ACTSPARSE_CPU_DISPATCH(attention_scores)(rows, count, hd, kv_heads, q, heads, scale, out, hstride);
+}
+void attention_softmax_part(const float* s, std::size_t count, std::size_t heads, std::size_t hstride, float* w,
+                            float* m, float* l) {
+  ACTSPARSE_CPU_DISPATCH(attention_softmax_part)(s, count, heads, hstride, w, m, l);
+}
+void attention_values(const row_ref* rows, std::size_t count, std::size_t hd, std::size_t kv_heads, const float* w,
+                      std::size_t hstride, std::size_t heads, float* acc) {
+  ACTSPARSE_CPU_DISPATCH(attention_values)(rows, count, hd, kv_heads, w, hstride, heads, acc);
 }
 bool fused_multiply_add() { return ACTSPARSE_CPU_DISPATCH(fused_multiply_add)(); }
 void quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d) {

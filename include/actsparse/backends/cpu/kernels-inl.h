@@ -7,6 +7,7 @@
 //   block-inl.h       q8_0 / q4_0 blocks: GEMV and row axpy with f32 x
 //   int8-inl.h        q8_0 / q4_0 on x quantized to 8-bit blocks, row-major and interleaved
 //   activation-inl.h  SiLU / GELU / ReLU over a vector
+//   attention-inl.h   decode attention over KV rows of any row_format
 //   selection-inl.h   the selectors' passes this target installs
 // No #pragma once: the toggle guard below lets foreach_target.h re-include this file.
 
@@ -21,6 +22,7 @@
 #include <actsparse/backends/cpu/block-inl.h>
 #include <actsparse/backends/cpu/int8-inl.h>
 #include <actsparse/backends/cpu/rows-inl.h>
+#include <actsparse/backends/cpu/attention-inl.h>  // after rows-inl.h and block-inl.h: uses their loaders
 #include <actsparse/backends/cpu/selection-inl.h>
 #include <actsparse/backends/cpu/dtypes.hpp>
 #include <actsparse/backends/cpu/layouts.hpp>

@@ -43,9 +43,9 @@ namespace reference {
 
 // The arguments of the operations the reference runs.
 template <class Args>
-concept operation_args =
-    std::same_as<Args, gemv_args> || std::same_as<Args, linear_args> || std::same_as<Args, transposed_linear_args> ||
-    std::same_as<Args, gated_ffn_args> || std::same_as<Args, token_ffn_args> || std::same_as<Args, moe_ffn_args>;
+concept operation_args = std::same_as<Args, gemv_args> || std::same_as<Args, linear_args> ||
+    std::same_as<Args, transposed_linear_args> || std::same_as<Args, gated_ffn_args> ||
+    std::same_as<Args, token_ffn_args> || std::same_as<Args, moe_ffn_args> || std::same_as<Args, attention_args>;
 
 namespace detail {
 
@@ -200,6 +200,19 @@ struct reference_backend {
     return status::ok();
   }
 
+  // --- decode attention over a mixed-format KV cache --------------------------------------------
+  [[nodiscard]] status can_implement(const attention_args& /*a*/) const noexcept { return status::ok(); }
+  // One float per position (a head's scores).
+  [[nodiscard]] std::size_t workspace_size(const attention_args& a) const noexcept {
+    return a.k_rows.size() * sizeof(float);
+  }
+  status run(const attention_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
+    constexpr std::string_view where = "reference::attention";
+    ::actsparse::check_arguments(a, where);
+    reference::attention(a, reference::detail::scratch(workspace, a.k_rows.size(), where));
+    return status::ok();
+  }
+
   // can_implement, then run with a workspace of its own on an inline_executor: for tests and
   // demos, not hot paths (actsparse::run(backend, args) in ops/run.hpp does the same for any
   // backend).
@@ -243,5 +256,6 @@ ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, transposed_linear_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, gated_ffn_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, token_ffn_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, moe_ffn_args);
+ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, attention_args);
 
 }  // namespace actsparse

@@ -15,9 +15,11 @@
 #include <actsparse/core/quantize.hpp>
 #include <actsparse/core/views.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 namespace actsparse::reference {
@@ -202,6 +204,52 @@ inline void moe_ffn(const moe_ffn_args& a, std::span<float> acc, std::span<float
     }
     float* const y = a.output.row(t);
     for (std::size_t i = 0; i < acc.size(); ++i) y[i] = acc[i];
+  }
+}
+
+// Decode attention (attention_args), the oracle: per head, the scores q_h·K_p[g] summed in
+// double and rounded to float (times scale), then the softmax and the weighted sum of V in
+// double over the present positions in order, rounded once. Scratch: one float per position.
+inline void attention(const attention_args& a, std::span<float> scores) noexcept {
+  const std::size_t hd = a.head_dim;
+  const std::size_t group = a.n_heads / a.n_kv_heads;
+  const std::size_t n = a.k_rows.size();
+  const auto present = [&](std::size_t p) { return a.k_rows[p].data != nullptr && a.v_rows[p].data != nullptr; };
+  for (float& m : a.position_mass) m = 0.0F;
+  for (std::size_t h = 0; h < a.n_heads; ++h) {
+    const std::size_t g = h / group;
+    const float* q = a.q.data() + h * hd;
+    double top = -std::numeric_limits<double>::infinity();
+    for (std::size_t p = 0; p < n; ++p) {
+      if (!present(p)) continue;
+      double dot = 0.0;
+      for (std::size_t i = 0; i < hd; ++i) {
+        dot += static_cast<double>(q[i]) * decode_value(a.k_rows[p].format, a.k_rows[p].data, g * hd + i);
+      }
+      scores[p] = static_cast<float>(dot * static_cast<double>(a.scale));
+      top = std::max(top, static_cast<double>(scores[p]));
+    }
+    double total = 0.0;
+    for (std::size_t p = 0; p < n; ++p) {
+      if (present(p)) total += std::exp(static_cast<double>(scores[p]) - top);
+    }
+    float* o = a.output.data() + h * hd;
+    for (std::size_t i = 0; i < hd; ++i) {
+      double acc = 0.0;
+      for (std::size_t p = 0; p < n; ++p) {
+        if (!present(p)) continue;
+        acc += std::exp(static_cast<double>(scores[p]) - top) *
+               decode_value(a.v_rows[p].format, a.v_rows[p].data, g * hd + i);
+      }
+      o[i] = total > 0.0 ? static_cast<float>(acc / total) : 0.0F;
+    }
+    if (!a.position_mass.empty()) {
+      for (std::size_t p = 0; p < n; ++p) {
+        if (present(p)) {
+          a.position_mass[p] += static_cast<float>(std::exp(static_cast<double>(scores[p]) - top) / total);
+        }
+      }
+    }
   }
 }
 

@@ -16,11 +16,15 @@ HWY_DIAGNOSTICS_OFF(disable : 4701, ignored "-Wuninitialized")
 HWY_DIAGNOSTICS_OFF(disable : 4703 6001 26494, ignored "-Wmaybe-uninitialized")
 #endif
 template <class V>
-HWY_INLINE void q4_lookup(V table, const block_q4_0* HWY_RESTRICT b, V& lo, V& hi) {
+HWY_INLINE void q4_lookup_bytes(V table, const std::uint8_t* HWY_RESTRICT qs, V& lo, V& hi) {
   static_assert(sizeof(table.raw) == 64, "q4_lookup takes vectors of 16 f32 lanes");
-  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
   lo = V{_mm512_permutexvar_ps(bytes, table.raw)};
   hi = V{_mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table.raw)};
+}
+template <class V>
+HWY_INLINE void q4_lookup(V table, const block_q4_0* HWY_RESTRICT b, V& lo, V& hi) {
+  q4_lookup_bytes(table, b->qs, lo, hi);
 }
 HWY_DIAGNOSTICS(pop)
 
