@@ -8,6 +8,9 @@
 //                         the same benchmark / this call's time
 //   bytes_vs_f32          the cache's bytes over the f32 cache's: time should follow it
 //   mb                    the cache's size (MB)
+//   ns_per_position       time / positions; at ctx:64 the cache stays in the L2 / L3, so this
+//                         is the kernels' compute rate per position: the ceiling a long
+//                         context cannot beat whatever the bandwidth
 #define ACTSPARSE_CPU_IMPLEMENTATION
 #include <actsparse/backends/cpu/implementation.hpp>
 
@@ -96,11 +99,12 @@ void BM_attention(benchmark::State& state, std::size_t positions, std::size_t kv
   state.counters["speedup_vs_f32"] = f == row_format::f32 ? 1.0 : baseline / cand;
   state.counters["bytes_vs_f32"] = static_cast<double>(cache.bytes) / static_cast<double>(f32.bytes);
   state.counters["mb"] = static_cast<double>(cache.bytes) / 1e6;
+  state.counters["ns_per_position"] = cand / n / static_cast<double>(positions) * 1e9;
 }
 
 void register_all() {
   for (const std::size_t kv : {std::size_t{8}, heads}) {
-    for (const std::size_t ctx : {std::size_t{4096}, std::size_t{16384}, std::size_t{32768}}) {
+    for (const std::size_t ctx : {std::size_t{64}, std::size_t{4096}, std::size_t{16384}, std::size_t{32768}}) {
       for (const row_format f : {row_format::f32, row_format::f16, row_format::int8_g32, row_format::int4_g32}) {
         for (const int t : {1, 2}) {
           std::string label = "attention/";  // appends: GCC 12 warns falsely (-Wrestrict) on + chains
