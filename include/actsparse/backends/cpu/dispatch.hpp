@@ -7,8 +7,8 @@
 #include <actsparse/backends/cpu/layouts.hpp>
 #include <actsparse/backends/cpu/tuning.hpp>
 #include <actsparse/core/activation.hpp>
-#include <actsparse/core/selection_passes.hpp>
 #include <actsparse/core/row_format.hpp>
+#include <actsparse/core/selection_passes.hpp>
 #include <actsparse/core/views.hpp>
 
 #include <cstddef>

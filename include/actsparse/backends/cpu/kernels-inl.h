@@ -22,8 +22,9 @@
 #include <actsparse/backends/cpu/block-inl.h>
 #include <actsparse/backends/cpu/int8-inl.h>
 #include <actsparse/backends/cpu/rows-inl.h>
-#include <actsparse/backends/cpu/attention-inl.h>  // after rows-inl.h and block-inl.h: uses their loaders
 #include <actsparse/backends/cpu/selection-inl.h>
+// After rows-inl.h and block-inl.h: it uses their loaders.
+#include <actsparse/backends/cpu/attention-inl.h>
 #include <actsparse/backends/cpu/dtypes.hpp>
 #include <actsparse/backends/cpu/layouts.hpp>
 #include <actsparse/backends/cpu/tuning.hpp>
