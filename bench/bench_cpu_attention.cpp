@@ -11,9 +11,6 @@
 //   ns_per_position       time / positions; at ctx:64 the cache stays in the L2 / L3, so this
 //                         is the kernels' compute rate per position: the ceiling a long
 //                         context cannot beat whatever the bandwidth
-#define ACTSPARSE_CPU_IMPLEMENTATION
-#include <actsparse/backends/cpu/implementation.hpp>
-
 #include "harness.hpp"
 #include "read_bandwidth.hpp"
 

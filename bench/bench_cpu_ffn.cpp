@@ -31,9 +31,6 @@
 //   path           on sparse rows: 1 when every row was read (from the crossover on, or
 //                  keep-all), 0 when the kept rows were gathered
 //   pct_of_stream  on dense rows: gbps / the read bandwidth measured at the same thread count
-#define ACTSPARSE_CPU_IMPLEMENTATION
-#include <actsparse/backends/cpu/implementation.hpp>
-
 #include "ffn_layers.hpp"
 #include "harness.hpp"
 #include "read_bandwidth.hpp"

@@ -28,9 +28,6 @@
 // the gate whole, W_up for the first stage's a1 (top-k of |act(g)|, random weights: a random
 // set), the exact h of those, W_downᵀ for the a2 of them with the largest |h|·‖W_down[:, j]‖.
 // Counters: speedup over dense (the same iterations), ideal 3 / (1 + a1 + a2), pct_of_ideal.
-#define ACTSPARSE_CPU_IMPLEMENTATION
-#include <actsparse/backends/cpu/implementation.hpp>
-
 #include "calibration/pipeline.hpp"
 #include "ffn_layers.hpp"
 #include "harness.hpp"

@@ -11,13 +11,11 @@
 //   speedup        dense time / this time, dense interleaved in the same iterations
 //   ideal          1 / a when a fraction a of the rows is read
 //   pct_of_ideal   speedup / ideal
-#define ACTSPARSE_CPU_IMPLEMENTATION
-#include <actsparse/backends/cpu/implementation.hpp>
-
 #include "eigen_peer.hpp"
 #include "harness.hpp"
 #include "read_bandwidth.hpp"
 
+#include <actsparse/backends/cpu/backend.hpp>
 #include <actsparse/backends/cpu/repack.hpp>
 #include <actsparse/core/quantize.hpp>
 

@@ -29,9 +29,6 @@
 // GEMV over a [768 x 2048] matrix that stays in the L2/L3, called again and again (gflops), and
 // fma_gflops: independent vector FMAs in registers (the core's f32 FMA peak with the widest
 // vectors the CPU has).
-#define ACTSPARSE_CPU_IMPLEMENTATION
-#include <actsparse/backends/cpu/implementation.hpp>
-
 #include "harness.hpp"
 #include "read_bandwidth.hpp"
 

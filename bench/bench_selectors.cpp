@@ -5,10 +5,6 @@
 // bench_selectors is the cost without the CPU backend (the portable passes); bench_selectors_cpu
 // is the same program with the backend linked, which installs its passes where the CPU has them.
 
-#ifdef ACTSPARSE_BENCH_WITH_CPU_BACKEND
-#define ACTSPARSE_CPU_IMPLEMENTATION
-#include <actsparse/backends/cpu/implementation.hpp>
-#endif
 
 #include <actsparse/core/selection.hpp>
 #include <actsparse/selectors/adaptive_top_k.hpp>
