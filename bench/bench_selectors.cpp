@@ -3,8 +3,8 @@
 // router probabilities. Reports items_per_second (scores per second) and `us` (microseconds
 // per call). Run: bench_selectors --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 // bench_selectors is the cost without the CPU backend (the portable passes); bench_selectors_cpu
-// is the same program with the backend linked, which installs its passes where the CPU has them.
-
+// is the same program with the backend's kernels linked (actsparse_cpu_kernels), which install
+// its passes where the CPU has them.
 
 #include <actsparse/core/selection.hpp>
 #include <actsparse/selectors/adaptive_top_k.hpp>
