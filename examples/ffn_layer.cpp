@@ -1,6 +1,8 @@
 // One FFN layer of an engine, neuron-sparse: the lines to copy are the class below.
-#define ACTSPARSE_CPU_IMPLEMENTATION  // in exactly one .cpp of the engine: the CPU kernels
-#include <actsparse/backends/cpu/implementation.hpp>
+// The CPU kernels are compiled in exactly one .cpp of the engine, which defines
+// ACTSPARSE_CPU_IMPLEMENTATION before including <actsparse/backends/cpu/implementation.hpp>;
+// here that is examples/common/cpu_kernels.cpp, which every program of the project links.
+#include <actsparse/backends/cpu/backend.hpp>
 #include <actsparse/backends/cpu/repack.hpp>
 #include <actsparse/ops/neuron_sparse_ffn.hpp>
 #include <actsparse/scorers/silu_magnitude.hpp>
