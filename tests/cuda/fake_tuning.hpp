@@ -1,8 +1,9 @@
 #pragma once
 // The kernel shapes of the cuda_backend that the fake-driver tests run (small blocks, many
-// rows per warp: the CPU emulation starts one std::thread per CUDA thread), and every kernel_config that backend
-// launches. emit_backend_kernels.cpp generates exactly these configs for the emulation, so a
-// config the backend uses but the list lacks fails at cuModuleGetFunction with its name.
+// rows per warp: the CPU emulation runs each CUDA thread as a fiber), and every
+// kernel_config that backend launches. emit_backend_kernels.cpp generates exactly these
+// configs for the emulation, so a config the backend uses but the list lacks fails at
+// cuModuleGetFunction with its name.
 
 #include <actsparse/backends/cuda/backend.hpp>
 #include <actsparse/backends/gpu/generator.hpp>

@@ -1,10 +1,11 @@
 #pragma once
-// Runs generated CUDA kernels on the CPU: one std::thread per CUDA thread, one block at a
-// time (so a kernel's `__shared__` variables can be function statics), __syncthreads as a
-// barrier of the block, and the warp primitives (__shfl_xor_sync, __ballot_sync) as a
-// barrier of 32 threads around a slot array. It checks indexing, synchronization and
-// results of the kernels' logic; it says nothing about GPU memory models or speed.
-// Identifiers are CUDA's (reserved names in C++; acceptable in this test only).
+// Runs generated CUDA kernels on the CPU, one block at a time (so a kernel's `__shared__`
+// variables can be function statics): the threads of a block run as cooperative fibers on
+// the calling OS thread (simt_fibers.hpp), __syncthreads is a barrier of the block, and the
+// warp primitives (__shfl_xor_sync, __ballot_sync) a barrier of the warp's 32 threads around a
+// slot array. It checks indexing, synchronization and results of the kernels' logic; it says
+// nothing about GPU memory models or speed. Identifiers are CUDA's (reserved names in C++;
+// acceptable in this test only).
 //
 // The kernels come from cuda::kernel_source (no prelude); the prelude is defined here: the
 // macros of cuda::prelude over the emulated built-ins, except three that only NVRTC takes:
@@ -17,12 +18,14 @@
 
 #include <math.h>  // NOLINT: the kernels call expf, tanhf, fmaf, fabsf
 
+#include "simt_fibers.hpp"
+
+#include <algorithm>
 #include <array>
-#include <barrier>
 #include <bit>
+#include <cstddef>
 #include <cstring>
-#include <memory>
-#include <thread>
+#include <exception>
 #include <vector>
 
 #define __global__
@@ -55,47 +58,51 @@ struct emulated_dim3 {
   unsigned int y = 0;
   unsigned int z = 0;
 };
+// Per OS thread: the fibers of a block share the OS thread, and threadIdx is set each time
+// a fiber is switched in (emulate_launch's resume).
 inline thread_local emulated_dim3 threadIdx;
 inline thread_local emulated_dim3 blockIdx;
 inline thread_local emulated_dim3 blockDim;
 inline thread_local emulated_dim3 gridDim;
 
 struct emulated_warp {
-  std::barrier<> barrier{32};
+  simt_fibers::sync_point barrier;
   std::array<unsigned long long, 32> slot{};  // 8 bytes: shuffles of double too
 };
 struct emulated_block {
-  explicit emulated_block(unsigned int threads) : barrier(threads), warps(threads / 32) {
-    for (auto& w : warps) w = std::make_unique<emulated_warp>();
+  explicit emulated_block(unsigned int threads) : barrier{threads}, warps((threads + 31) / 32) {
+    for (std::size_t w = 0; w < warps.size(); ++w) {
+      warps[w].barrier.expected = std::min(32U, threads - static_cast<unsigned int>(w) * 32);
+    }
   }
-  std::barrier<> barrier;
-  std::vector<std::unique_ptr<emulated_warp>> warps;
+  simt_fibers::sync_point barrier;
+  std::vector<emulated_warp> warps;
 };
 inline thread_local emulated_block* emulated_current = nullptr;
 
-inline void __syncthreads() { emulated_current->barrier.arrive_and_wait(); }
+inline void __syncthreads() { simt_fibers::wait(emulated_current->barrier); }
 
 template <class T>
 T __shfl_xor_sync(unsigned int /*mask*/, T v, int offset) {
   static_assert(sizeof(T) == 4 || sizeof(T) == 8);
-  emulated_warp& w = *emulated_current->warps[threadIdx.x / 32];
+  emulated_warp& w = emulated_current->warps[threadIdx.x / 32];
   const unsigned int lane = threadIdx.x & 31U;
   std::memcpy(&w.slot[lane], &v, sizeof(T));
-  w.barrier.arrive_and_wait();
+  simt_fibers::wait(w.barrier);
   T r;
   std::memcpy(&r, &w.slot[lane ^ static_cast<unsigned int>(offset)], sizeof(T));
-  w.barrier.arrive_and_wait();
+  simt_fibers::wait(w.barrier);
   return r;
 }
 
 inline unsigned int __ballot_sync(unsigned int /*mask*/, bool p) {
-  emulated_warp& w = *emulated_current->warps[threadIdx.x / 32];
+  emulated_warp& w = emulated_current->warps[threadIdx.x / 32];
   const unsigned int lane = threadIdx.x & 31U;
   w.slot[lane] = p ? 1U : 0U;
-  w.barrier.arrive_and_wait();
+  simt_fibers::wait(w.barrier);
   unsigned int mask = 0;
   for (unsigned int i = 0; i < 32; ++i) mask |= static_cast<unsigned int>(w.slot[i]) << i;
-  w.barrier.arrive_and_wait();
+  simt_fibers::wait(w.barrier);
   return mask;
 }
 
@@ -116,27 +123,37 @@ inline float actsparse_half_to_float(unsigned short h) { return actsparse::to_f3
 inline float actsparse_bits_to_float(unsigned int b) { return std::bit_cast<float>(b); }
 inline unsigned int actsparse_float_to_bits(float f) { return std::bit_cast<unsigned int>(f); }
 
-// Runs kernel() as a grid_x x grid_y grid of blocks of `threads` threads.
+// Runs kernel() as a grid_x x grid_y grid of blocks of `threads` threads. An exception from
+// kernel() ends its thread (as a return would) and is rethrown after the block.
 template <class Kernel>
 void emulate_launch(std::size_t grid_x, std::size_t grid_y, unsigned int threads, Kernel kernel) {
+  struct launch {
+    Kernel* kernel;
+    emulated_block* block;
+    std::exception_ptr error;
+  };
+  constexpr auto run_thread = +[](void* p, unsigned int t) noexcept {
+    auto& l = *static_cast<launch*>(p);
+    try {
+      (*l.kernel)();
+    } catch (...) {
+      if (!l.error) l.error = std::current_exception();
+    }
+    // A thread that has finished no longer takes part in barriers (as on a GPU).
+    simt_fibers::drop(l.block->warps[t / 32].barrier);
+    simt_fibers::drop(l.block->barrier);
+  };
+  constexpr auto resume = +[](void* /*p*/, unsigned int t) noexcept { threadIdx = {t, 0, 0}; };
+  blockDim = {threads, 0, 0};
+  gridDim = {static_cast<unsigned int>(grid_x), static_cast<unsigned int>(grid_y), 0};
   for (std::size_t b = 0; b < grid_x * grid_y; ++b) {
     emulated_block block(threads);
-    std::vector<std::thread> pool;
-    pool.reserve(threads);
-    for (unsigned int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        threadIdx = {t, 0, 0};
-        blockIdx = {static_cast<unsigned int>(b % grid_x), static_cast<unsigned int>(b / grid_x), 0};
-        blockDim = {threads, 0, 0};
-        gridDim = {static_cast<unsigned int>(grid_x), static_cast<unsigned int>(grid_y), 0};
-        emulated_current = &block;
-        kernel();
-        // A thread that has finished no longer takes part in barriers (as on a GPU).
-        block.warps[t / 32]->barrier.arrive_and_drop();
-        block.barrier.arrive_and_drop();
-      });
-    }
-    for (auto& th : pool) th.join();
+    launch l{&kernel, &block, nullptr};
+    blockIdx = {static_cast<unsigned int>(b % grid_x), static_cast<unsigned int>(b / grid_x), 0};
+    emulated_current = &block;
+    simt_fibers::run(threads, run_thread, resume, &l);
+    emulated_current = nullptr;
+    if (l.error) std::rethrow_exception(l.error);
   }
 }
 

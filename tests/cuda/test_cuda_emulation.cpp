@@ -1,4 +1,4 @@
-// The generated kernels run on the CPU (simt_emulation.hpp: one std::thread per CUDA thread,
+// The generated kernels run on the CPU (simt_emulation.hpp: the threads of a block as fibers,
 // barriers for __syncthreads and the warp primitives) against the reference math: indexing,
 // block partitions, shuffles, ballots and the order of the compacted lists. The kernels are
 // generated at build time (cuda_emulation/emit_kernels.cpp). Not a GPU run: memory model,
@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -860,4 +861,50 @@ TEST_CASE("cuda emulated: the MoE expert FFN (moe_gated, moe_down, moe_combine) 
                    {op::moe_down, dtype::f16, activation::silu, 64, 1},
                    emulated_52::actsparse_moe_down_f16_t64,
                    by_dtype[1].gemv});
+}
+
+TEST_CASE("cuda emulated: the emulation itself: positions, barriers, early returns, shuffles, ballots, throws") {
+  // 2 x 3 blocks of 96 threads (3 warps). Threads 70 .. 95 return at once: they drop out of
+  // __syncthreads, and the others still meet there twice around a "shared" array.
+  constexpr unsigned int threads = 96;
+  constexpr unsigned int live = 70;
+  std::vector<unsigned int> out(6 * threads, 0);
+  std::vector<unsigned int> warp_sum(6 * threads, 0);
+  std::vector<unsigned int> ballot(6 * threads, 0);
+  emulate_launch(2, 3, threads, [&] {
+    static unsigned int shared[threads];  // __shared__
+    const unsigned int tid = threadIdx.x;
+    const unsigned int block = blockIdx.y * gridDim.x + blockIdx.x;
+    if (blockDim.x != threads || gridDim.x != 2 || gridDim.y != 3 || tid >= live) return;
+    if (tid < 64) {  // the two full warps: a butterfly sum and a ballot
+      unsigned int v = tid + block;
+      for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+      warp_sum[block * threads + tid] = v;
+      ballot[block * threads + tid] = __ballot_sync(0xffffffffu, tid % 3 == 0);
+    }
+    shared[tid] = tid + 1000 * block;
+    __syncthreads();
+    const unsigned int next = shared[(tid + 1) % live];
+    __syncthreads();
+    shared[tid] = 0;
+    out[block * threads + tid] = threadIdx.x == tid ? next : 0;
+  });
+  for (unsigned int b = 0; b < 6; ++b) {
+    for (unsigned int t = 0; t < threads; ++t) {
+      const unsigned int warp = t / 32;
+      CHECK(out[b * threads + t] == (t < live ? (t + 1) % live + 1000 * b : 0));
+      CHECK(warp_sum[b * threads + t] == (warp < 2 ? 32 * (32 * warp + b) + 496 : 0));
+      CHECK(ballot[b * threads + t] == (warp < 2 ? (warp == 0 ? 0x49249249u : 0x92492492u) : 0));
+    }
+  }
+  // An exception ends its thread as a return would; the launch rethrows it after the block.
+  unsigned int passed = 0;
+  CHECK_THROWS_AS(emulate_launch(3, 64,
+                                 [&] {
+                                   if (blockIdx.x == 1 && threadIdx.x == 5) throw std::runtime_error("kernel");
+                                   __syncthreads();
+                                   ++passed;
+                                 }),
+                  std::runtime_error);
+  CHECK(passed == 64 + 63);
 }
