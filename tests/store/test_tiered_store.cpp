@@ -189,6 +189,15 @@ TEST_CASE("tiered_store: fifo demotes the oldest, lru the least recently used, i
     CHECK(s.tier_of(2) == tier::compressed);  // the least important unpinned full row
     CHECK(s.importance(3) == 2.0F);
   }
+  SUBCASE("sinks only: a full tier of pinned rows sends new rows to the compressed tier") {
+    tiered_store_config c = small(eviction::fifo, 2, 8);
+    c.sink_n = 2;
+    tiered_store s(c);
+    for (std::uint64_t p = 0; p < 5; ++p) s.store(p, random_row(64, p));
+    CHECK(s.tier_of(0) == tier::full);
+    CHECK(s.tier_of(1) == tier::full);
+    for (std::uint64_t p = 2; p < 5; ++p) CHECK(s.tier_of(p) == tier::compressed);
+  }
 }
 
 TEST_CASE("tiered_store: promote gives the dequantized row, demote compresses, erase forgets") {

@@ -123,7 +123,9 @@ class tiered_store {
     }
     erase(pos);
     newest_ = std::max(newest_, pos + 1);
-    if (c_.full_capacity == 0) {  // straight to the compressed tier
+    // Straight to the compressed tier: no full tier, or a full one whose rows are all pinned
+    // (sink_n rows and recent_n = 0: the new row is the only one that may leave).
+    if (c_.full_capacity == 0 || (tiers_[0].free.empty() && victim(0) == npos)) {
       place(pos, 1, row, 0.0F);
       return;
     }
