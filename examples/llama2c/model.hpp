@@ -12,6 +12,15 @@
 // (cpu::transpose at load), which the CPU backend's neuron-sparse FFN reads. A step of decode and a row of prefill run
 // the same operations on the same values in the same order, so their logits are equal bit
 // for bit (the tests check it within 1e-4 as the contract, and bit for bit as the fact).
+//
+// The KV cache is plain f32 arrays (new_cache(): the default and the oracle) or tiered stores
+// (new_cache(configs): one actsparse::tiered_store for K and one for V per layer, each row a
+// position's kv_dim values). With stores, a layer runs row by row: the row's K and V go into
+// the stores (which may demote, compress or drop older rows by their policy), then its
+// attention runs on the CPU backend's attention over the rows as the stores hold them (f32,
+// f16, INT8, INT4; dropped rows skipped), exactly what a decode step at that position would
+// see. An importance store also receives each position's attention probability, summed over
+// heads (heavy hitters).
 
 #include "checkpoint.hpp"
 
@@ -19,6 +28,7 @@
 #include <actsparse/backends/cpu/repack.hpp>
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/op_args.hpp>
+#include <actsparse/managers/tiered_store.hpp>
 #include <actsparse/ops/neuron_sparse_ffn.hpp>
 #include <actsparse/ops/run.hpp>
 
@@ -162,8 +172,23 @@ class model {
 
   // Keys and values of every layer for positions [0, length).
   struct kv_cache {
-    std::vector<float> k, v;  // [layers × seq_len × kv_dim]
+    std::vector<float> k, v;  // [layers × seq_len × kv_dim]; empty with stores
     std::size_t length = 0;   // positions filled
+    // Tiered stores, one per layer for K and for V (new_cache(configs)); empty for the plain cache.
+    std::vector<actsparse::tiered_store> k_store, v_store;
+    [[nodiscard]] bool tiered() const noexcept { return !k_store.empty(); }
+    // Bytes the cache holds: the plain arrays' filled rows, or every store's bytes_held().
+    [[nodiscard]] std::size_t bytes_held() const noexcept {
+      if (!tiered()) return length * position_bytes;
+      std::size_t b = 0;
+      for (std::size_t l = 0; l < k_store.size(); ++l) b += k_store[l].bytes_held() + v_store[l].bytes_held();
+      return b;
+    }
+    std::size_t position_bytes = 0;  // plain arrays: bytes of one position's K and V in every layer
+    // Scratch of the tiered attention (grows once).
+    std::vector<actsparse::row_ref> k_rows, v_rows;
+    std::vector<float> mass;
+    std::vector<std::byte> workspace;
   };
   // The largest KV cache new_cache() allocates (keys and values together): a checkpoint within
   // every header limit may still ask for more than a demo machine holds (seq_len 2^20 with a
@@ -181,8 +206,41 @@ class model {
     kv_cache c;
     c.k.assign(layers_ * seq_len_ * kv_dim_, 0.0F);
     c.v.assign(layers_ * seq_len_ * kv_dim_, 0.0F);
+    c.position_bytes = layers_ * 2 * kv_dim_ * sizeof(float);
     return c;
   }
+
+  // A KV cache in tiered stores: k[l] and v[l] configure layer l's K store and V store (row_size
+  // kv_dim each). A store too small for the sequence it is given throws at the store() that
+  // overflows it (see tiered_store_config::drop).
+  [[nodiscard]] kv_cache new_cache(std::span<const actsparse::tiered_store_config> k,
+                                   std::span<const actsparse::tiered_store_config> v) const {
+    constexpr std::string_view where = "llama2c::model::new_cache";
+    kv_cache c;
+    for (const auto& [configs, stores] : {std::pair{k, &c.k_store}, std::pair{v, &c.v_store}}) {
+      if (configs.size() != layers_) {
+        actsparse::detail::fail(where, "configurations", configs.size(),
+                                "one store configuration per layer (" + std::to_string(layers_) + ")");
+      }
+      for (const actsparse::tiered_store_config& s : configs) {
+        if (s.row_size != kv_dim_) {
+          actsparse::detail::fail(where, "row_size", s.row_size, "kv_dim = " + std::to_string(kv_dim_));
+        }
+        stores->emplace_back(s);
+      }
+    }
+    return c;
+  }
+  // K and V stores configured alike.
+  [[nodiscard]] kv_cache new_cache(std::span<const actsparse::tiered_store_config> per_layer) const {
+    return new_cache(per_layer, per_layer);
+  }
+
+  // Bytes of an f32 cache holding `positions` positions (K and V of every layer).
+  [[nodiscard]] std::size_t f32_cache_bytes(std::size_t positions) const noexcept {
+    return positions * layers_ * 2 * kv_dim_ * sizeof(float);
+  }
+  [[nodiscard]] std::size_t kv_dim() const noexcept { return kv_dim_; }
 
   // One decode step: the token at position cache.length; writes its logits (vocab) and
   // appends its keys and values to the cache.
@@ -224,6 +282,10 @@ class model {
   // One layer over the rows of x, at positions [start, start + x.rows): attention for every
   // row (each sees the cache up to itself), then the FFN of every row through the policy.
   void layer(std::size_t l, std::size_t start, rows_buffer& x, kv_cache& cache, policy& p) const {
+    if (cache.tiered()) {
+      tiered_layer(l, start, x, cache, p);
+      return;
+    }
     const checkpoint& c = *ckpt_;
     const std::size_t n = x.rows;
     rows_buffer attn_out(n, dim_);
@@ -271,11 +333,71 @@ class model {
           for (std::size_t i = 0; i < head_size_; ++i) out[i] += a * vs[i];
         }
       }
-      p.linear(l, projection::o, c.wo(l), att, attn_out.row(t));
-      const std::span<float> r = x.row(t);
-      const std::span<const float> ao = attn_out.row(t);
-      for (std::size_t i = 0; i < dim_; ++i) r[i] += ao[i];
-      rmsnorm(r, c.rms_ffn(l), ffn_in.row(t));
+      attention_output(l, t, att, x, attn_out, ffn_in, p);
+    }
+    p.ffn_prefill(l, ffn_[l], attn_out, ffn_in, x);
+  }
+
+  // Row t after its attention: the output projection, the residual, the FFN's RMS norm.
+  void attention_output(std::size_t l, std::size_t t, std::span<const float> att, rows_buffer& x, rows_buffer& attn_out,
+                        rows_buffer& ffn_in, policy& p) const {
+    const checkpoint& c = *ckpt_;
+    p.linear(l, projection::o, c.wo(l), att, attn_out.row(t));
+    const std::span<float> r = x.row(t);
+    const std::span<const float> ao = attn_out.row(t);
+    for (std::size_t i = 0; i < dim_; ++i) r[i] += ao[i];
+    rmsnorm(r, c.rms_ffn(l), ffn_in.row(t));
+  }
+
+  // layer() on tiered stores: row by row, the row's K and V stored before its attention.
+  void tiered_layer(std::size_t l, std::size_t start, rows_buffer& x, kv_cache& cache, policy& p) const {
+    const checkpoint& c = *ckpt_;
+    const std::size_t n = x.rows;
+    rows_buffer attn_out(n, dim_);
+    rows_buffer ffn_in(n, dim_);
+    std::vector<float> xb(dim_), q(dim_), att(dim_), k(kv_dim_), v(kv_dim_);
+    actsparse::tiered_store& ks = cache.k_store[l];
+    actsparse::tiered_store& vs = cache.v_store[l];
+    for (std::size_t t = 0; t < n; ++t) {
+      const std::size_t pos = start + t;
+      rmsnorm(x.row(t), c.rms_att(l), xb);
+      p.linear(l, projection::k, c.wk(l), xb, k);
+      p.linear(l, projection::v, c.wv(l), xb, v);
+      rope(k, pos);
+      ks.store(pos, k);
+      vs.store(pos, v);
+      p.linear(l, projection::q, c.wq(l), xb, q);
+      rope(q, pos);
+      const std::size_t positions = pos + 1;
+      cache.k_rows.assign(positions, actsparse::row_ref{});
+      cache.v_rows.assign(positions, actsparse::row_ref{});
+      for (std::size_t s = 0; s < positions; ++s) {  // absent rows stay {nullptr}: skipped
+        if (ks.tier_of(s) != actsparse::tier::absent) cache.k_rows[s] = ks.view(s);
+        if (vs.tier_of(s) != actsparse::tier::absent) cache.v_rows[s] = vs.view(s);
+      }
+      const bool heavy = ks.config().policy == actsparse::eviction::importance ||
+                         vs.config().policy == actsparse::eviction::importance;
+      cache.mass.resize(positions);
+      const actsparse::attention_args a{
+          q,
+          cache.k_rows,
+          cache.v_rows,
+          heads_,
+          kv_heads_,
+          head_size_,
+          1.0F / std::sqrt(static_cast<float>(head_size_)),
+          att,
+          heavy ? actsparse::borrowed_span<float>(cache.mass) : actsparse::borrowed_span<float>{}};
+      actsparse::cpu::executor ex;
+      const auto st = actsparse::run(actsparse::cpu_backend{}, a, cache.workspace, ex);
+      if (!st) actsparse::detail::fail("llama2c::model", "attention", st.reason, "the CPU attention to run");
+      if (heavy) {
+        for (std::size_t s = 0; s < positions; ++s) {
+          ks.add_importance(s, cache.mass[s]);
+          vs.add_importance(s, cache.mass[s]);
+        }
+      }
+      attention_output(l, t, att, x, attn_out, ffn_in, p);
     }
     p.ffn_prefill(l, ffn_[l], attn_out, ffn_in, x);
   }

@@ -1,6 +1,7 @@
 // The llama2.c forward pass (examples/llama2c/model.hpp) on the real stories260K model:
 // greedy decoding from BOS gives the documented tokens, decode equals prefill, and a
-// keep-all sparse policy equals dense bit for bit.
+// keep-all sparse policy equals dense bit for bit; a KV cache in tiered stores (f32: the plain
+// cache's logits; compressed: exact bytes, error growing as the bits shrink).
 #include "llama2c/checkpoint.hpp"
 #include "llama2c/model.hpp"
 
@@ -123,4 +124,119 @@ TEST_CASE("llama2c model: bad tokens, a full cache and wrong logit sizes are err
   CHECK_THROWS_AS(m.prefill({}, cache, logits, dense), actsparse::error);
   cache.length = m.seq_len();
   CHECK_THROWS_AS(m.decode(1, cache, logits, dense), actsparse::error);
+}
+
+namespace {
+
+// Every layer's K and V in stores of one configuration.
+std::vector<actsparse::tiered_store_config> every_layer(const llama2c::model& m, actsparse::tiered_store_config c) {
+  c.row_size = m.kv_dim();
+  return std::vector<actsparse::tiered_store_config>(m.layers(), c);
+}
+
+std::vector<int> some_tokens(std::size_t n) {
+  std::vector<int> t = {1};
+  while (t.size() < n) t.push_back(static_cast<int>((t.size() * 37 + 11) % 512));
+  return t;
+}
+
+float largest_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  float worst = 0.0F;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+// Every position's logits through the plain f32 cache (the oracle); its bytes checked.
+std::vector<float> plain_logits(const llama2c::model& m, const std::vector<int>& tokens) {
+  llama2c::dense_policy dense;
+  std::vector<float> logits(tokens.size() * m.vocab());
+  auto cache = m.new_cache();
+  m.prefill(tokens, cache, logits, dense);
+  CHECK(cache.bytes_held() == m.f32_cache_bytes(tokens.size()));
+  return logits;
+}
+
+}  // namespace
+
+TEST_CASE("llama2c model: a KV cache in f32 tiered stores gives the plain cache's logits, decode equals prefill") {
+  using actsparse::row_format;
+  const llama2c::model m(stories());
+  llama2c::dense_policy dense;
+  const std::vector<int> tokens = some_tokens(48);
+  const std::vector<float> plain = plain_logits(m, tokens);
+
+  const auto f32 = every_layer(m, {.full_capacity = 64, .compressed_capacity = 0, .full_format = row_format::f32});
+  auto sc = m.new_cache(f32);
+  std::vector<float> stored(plain.size());
+  m.prefill(tokens, sc, stored, dense);
+  CHECK(largest_difference(plain, stored) <= 1e-4F);  // the CPU attention sums in another order
+  CHECK(sc.bytes_held() == m.f32_cache_bytes(tokens.size()));
+
+  auto dc = m.new_cache(f32);  // decode on stores runs the same rows in the same order
+  std::vector<float> step(m.vocab());
+  bool same = true;
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    m.decode(tokens[t], dc, step, dense);
+    same = same && std::memcmp(step.data(), stored.data() + t * m.vocab(), step.size() * sizeof(float)) == 0;
+  }
+  CHECK(same);
+}
+
+TEST_CASE("llama2c model: compressed KV stores hold their exact bytes, and cost accuracy in order f16 < int8 < int4") {
+  using actsparse::row_format;
+  const llama2c::model m(stories());
+  llama2c::dense_policy dense;
+  const std::vector<int> tokens = some_tokens(64);
+  const std::vector<float> plain = plain_logits(m, tokens);
+  const std::size_t n = tokens.size();
+  const std::size_t rows = 2 * m.layers() * n;
+  auto run = [&](const std::vector<actsparse::tiered_store_config>& c, std::size_t want_bytes) {
+    auto cache = m.new_cache(c);
+    std::vector<float> got(plain.size());
+    m.prefill(tokens, cache, got, dense);
+    CHECK(cache.bytes_held() == want_bytes);
+    return largest_difference(plain, got);
+  };
+  const float f16 = run(every_layer(m, {.full_capacity = n, .full_format = row_format::f16}), rows * 2 * m.kv_dim());
+  const float int8 = run(every_layer(m, {.full_capacity = 0, .compressed_capacity = n}), rows * 34);
+  const float int4 =
+      run(every_layer(m, {.full_capacity = 0, .compressed_capacity = n, .compressed_format = row_format::int4_g32}),
+          rows * 18);
+  CAPTURE(f16);
+  CAPTURE(int8);
+  CAPTURE(int4);
+  CHECK(f16 > 0.0F);
+  CHECK(f16 < int8);
+  CHECK(int8 < int4);
+  CHECK(std::isfinite(int4));
+
+  // Recent 16 full, a compressed tier of 16, the rest dropped: the bytes of what is left.
+  const auto dropping = every_layer(m, {.full_capacity = 16,
+                                        .compressed_capacity = 16,
+                                        .compressed_format = row_format::int4_g32,
+                                        .policy = actsparse::eviction::importance,
+                                        .recent_n = 12,
+                                        .sink_n = 2,
+                                        .drop = true});
+  auto cache = m.new_cache(dropping);
+  std::vector<float> got(plain.size());
+  m.prefill(tokens, cache, got, dense);
+  CHECK(cache.bytes_held() == 2 * m.layers() * (16 * 4 * m.kv_dim() + 16 * 18));
+  CHECK(cache.k_store[0].dropped_rows() == n - 32);
+  CHECK(cache.k_store[0].tier_of(0) == actsparse::tier::full);  // a sink
+  CHECK(largest_difference(plain, got) > 0.0F);
+}
+
+TEST_CASE("llama2c model: KV store configurations of the wrong count or row size are errors") {
+  const llama2c::model m(stories());
+  auto c = every_layer(m, {.full_capacity = 8});
+  CHECK_THROWS_AS((void)m.new_cache(std::span(c).first(1)), actsparse::error);
+  c[2].row_size = 64;
+  CHECK_THROWS_AS((void)m.new_cache(c), actsparse::error);
+  // A store without room for the sequence (and no drop tier) is an error at the store that overflows.
+  auto small = m.new_cache(every_layer(m, {.full_capacity = 4, .compressed_capacity = 4}));
+  llama2c::dense_policy dense;
+  std::vector<float> logits(m.vocab());
+  for (int t = 0; t < 8; ++t) m.decode(1, small, logits, dense);
+  CHECK_THROWS_AS(m.decode(1, small, logits, dense), actsparse::error);
 }
