@@ -14,7 +14,9 @@ scale, one line per scorer family), kl_vs_bytes.png and .svg (KL against the hon
 FFN weight bytes read, every policy, the calibrated methods drawn bold) and, with benchmark rows, speedup_vs_activity.png and
 .svg (the decode FFN speed-up over dense against activity, with the ideal 3/(1+2a); 7b shape,
 one thread, or the first shape present) and, with MoE rows, kl_vs_experts.png and .svg (KL against
-the mean experts per token of the MoEfied model: fixed top-k, adaptive top-k, progressive). Each line of a plot is an SVG group with the id
+the mean experts per token of the MoEfied model: fixed top-k, adaptive top-k, progressive) and, with KV rows,
+kl_vs_memory.png and .svg (KL against the KV cache memory held: uniform formats, FIFO, heavy hitters).
+Each line of a plot is an SVG group with the id
 series_<n>. Exit status 2 with a one-line error when DEMO_JSON is unusable, 3 when matplotlib
 is missing (Debian: apt-get install python3-matplotlib, then run it with /usr/bin/python3).
 """
@@ -49,7 +51,7 @@ def series_of(rows):
     """{label: [(kept, kl), ...]} for every sparse family, sorted by kept fraction."""
     out = {}
     for r in rows:
-        if r.get("family") in (None, "dense", "token_sparse", "calibrated", "moe"):
+        if r.get("family") in (None, "dense", "token_sparse", "calibrated", "moe", "kv"):
             continue
         if r.get("kl") is None or r.get("kept_fraction") is None:
             continue
@@ -96,7 +98,7 @@ def bytes_series(rows):
     """{(label, calibrated): [(bytes, kl), ...]}: uniform families by scorer, calibrated ones by method."""
     out = {}
     for r in rows:
-        if r.get("family") in (None, "dense", "token_sparse", "moe") or r.get("kl") is None:
+        if r.get("family") in (None, "dense", "token_sparse", "moe", "kv") or r.get("kl") is None:
             continue
         cal = r["family"] == "calibrated"
         label = ("calibrated " + r["scorer"]) if cal else "%s (%s)" % (r["scorer"], r["family"])
@@ -179,6 +181,51 @@ def kl_experts_plot(plt, rows, title):
     return fig
 
 
+def kv_kind(policy):
+    """The KV row's placement: uniform (one format), fifo (the newest rows full) or heavy (importance)."""
+    for kind in ("fifo", "heavy"):
+        if " %s " % kind in policy:
+            return kind
+    return "uniform"
+
+
+def kv_series(rows):
+    """{kind: [(memory_fraction, kl, policy), ...]} of the KV rows."""
+    out = {}
+    for r in rows:
+        if r.get("family") != "kv" or r.get("kl") is None or r.get("memory_fraction") is None:
+            continue
+        out.setdefault(kv_kind(r["policy"]), []).append((r["memory_fraction"], r["kl"], r["policy"]))
+    return {k: sorted(out[k]) for k in ("uniform", "fifo", "heavy") if k in out}
+
+
+def kl_memory_plot(plt, rows, title):
+    series = kv_series(rows)
+    kls = [kl for pts in series.values() for _, kl, _ in pts if kl > 0]
+    floor = max(10.0 ** math.floor(math.log10(min(kls))) if kls else 1e-7, 1e-7)
+    fig, ax = plt.subplots(figsize=(10.5, 5.5))
+    markers = {"uniform": "o", "fifo": "s", "heavy": "D"}
+    for k, (kind, pts) in enumerate(series.items()):
+        drawn = ax.scatter([m for m, _, _ in pts], [max(v, floor) for _, v, _ in pts], marker=markers[kind],
+                           s=36, color=COLOURS[k % len(COLOURS)], label=kind, zorder=3)
+        drawn.set_gid("series_%d" % k)
+        for m, v, name in pts:
+            ax.annotate(name.replace("kv ", "", 1), (m, max(v, floor)), textcoords="offset points", xytext=(5, 3),
+                        fontsize=7, color=COLOURS[k % len(COLOURS)])
+    ax.axhline(0.005, color="#999999", linestyle="--", linewidth=1)
+    ax.annotate("KL 0.005", (0.005, 0.005), xycoords=("axes fraction", "data"), color="#666666", va="bottom",
+                fontsize=9)
+    ax.axvline(0.2, color="#bbbbbb", linestyle=":", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xlim(0.0, max((m for pts in series.values() for m, _, _ in pts), default=0.5) * 1.35)
+    ax.set_xlabel("KV cache memory held / an f32 cache's (scales and minimums included)")
+    ax.set_ylabel("mean KL(dense || policy)")
+    ax.set_title(title)
+    ax.grid(True, which="major", color="#e5e5e5")
+    ax.legend(loc="upper right", frameon=False, fontsize=9)
+    return fig
+
+
 def speedup_plot(plt, shape, threads, rows):
     pts = [r for r in rows if r["set"] != "dense" and r["counters"].get("speedup") is not None]
     fig, ax = plt.subplots(figsize=(9.0, 5.0))
@@ -241,6 +288,9 @@ def main(argv=None):
     if moe_series(rows):
         written += save(plt, kl_experts_plot(plt, rows, "%s MoEfied: KL against experts per token" %
                                              os.path.basename(demo.get("model", "model"))), out, "kl_vs_experts")
+    if kv_series(rows):
+        written += save(plt, kl_memory_plot(plt, rows, "%s: KV cache in tiered stores, %s tokens: KL against memory" % (
+            os.path.basename(demo.get("model", "model")), demo.get("kv_length", "?"))), out, "kl_vs_memory")
     if os.path.exists(a.bench):
         try:
             _, brows, _ = perf_report.load(a.bench)

@@ -151,6 +151,19 @@ def moe_section(demo, rows):
     return out
 
 
+def kv_section(demo, rows):
+    kv = [r for r in rows if r["family"] == "kv"]
+    if not kv:
+        return []
+    out = ["", "KV cache in tiered stores (%s sequences continued to %s tokens, the FFN dense; memory: bytes held "
+               "after the sequence / an f32 cache's):" % (demo.get("sequences"), demo.get("kv_length")), "",
+           "| policy | memory | KL | top-1 | ppl |", "|---|---|---|---|---|"]
+    for r in sorted(kv, key=lambda r: -r["memory_fraction"]):
+        out.append("| %s | %.4f | %.3g | %.3f | %.3f |" % (r["policy"], r["memory_fraction"], r["kl"], r["top1"],
+                                                          r["ppl"]))
+    return out
+
+
 def main(argv):
     path = argv[1] if len(argv) > 1 else os.path.join(REPO, "demo-results", "latest.json")
     try:
@@ -164,14 +177,14 @@ def main(argv):
                                                         demo.get("length")), ""]
     families = {}
     for r in rows:
-        if r["family"] in ("dense", "token_sparse", "calibrated", "moe"):
+        if r["family"] in ("dense", "token_sparse", "calibrated", "moe", "kv"):
             continue
         families.setdefault("%s (%s)" % (r["scorer"], r["family"]), []).append((r["kept_fraction"], r["kl"]))
     out += ["| scorer (selector) | kept where KL > 0.01 | kept where KL > 0.05 | bytes read at KL 0.05 |",
             "|---|---|---|---|"]
     by_bytes = {}
     for r in rows:
-        if r["family"] == "moe":
+        if r["family"] in ("moe", "kv"):
             continue
         by_bytes.setdefault("%s (%s)" % (r["scorer"], r["family"]), []).append((r["bytes_fraction"], r["kl"]))
     for name, pts in sorted(families.items()):
@@ -194,7 +207,9 @@ def main(argv):
                                                       r["kept_fraction"], r["kl"]))
     out += calibrated_sections(demo, rows)
     out += moe_section(demo, rows)
-    out += ["", "| policy | kept | bytes | KL | top-1 | ppl |", "|---|---|---|---|---|---|"]
+    out += kv_section(demo, rows)
+    out += ["", "Every row (a KV row runs the FFN dense: kept and bytes 1):", "",
+            "| policy | kept | bytes | KL | top-1 | ppl |", "|---|---|---|---|---|---|"]
     for r in rows:
         out.append("| %s | %.3f | %.3f | %.5f | %.3f | %.3f |" % (r["policy"], r["kept_fraction"], r["bytes_fraction"],
                                                                   r["kl"], r["top1"], r["ppl"]))

@@ -86,6 +86,16 @@ def main(path):
     quality = info["router_quality"]
     assert sorted(quality, key=int) == ["1", "2", "3", "4", "6"], quality
     assert all(0.0 < v <= 1.0 + 1e-9 for v in quality.values()), quality
+    # KV rows (the KV cache in tiered stores): memory held as documented, f16 nearly exact, fewer bits more KL.
+    kv = {r["policy"]: r for r in rows if "kv" in r["policy"]}
+    for want in ["kv f16", "kv int8", "kv int4", "kv fifo 64 f16 + int4", "kv heavy 64 f16 + int4"]:
+        assert want in kv, "missing row " + want
+    for r in kv.values():
+        assert r["family"] == "kv" and 0.0 < r["memory_fraction"] <= 1.0, r
+    assert abs(kv["kv f16"]["memory_fraction"] - 0.5) < 1e-9, kv["kv f16"]
+    assert abs(kv["kv int4"]["memory_fraction"] - 18 / 128) < 1e-4, kv["kv int4"]
+    assert kv["kv f16"]["kl"] < kv["kv int8"]["kl"] < kv["kv int4"]["kl"], kv
+    assert any("drop" in p for p in kv), "missing a row with a drop tier"
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_plots.py")
     with tempfile.TemporaryDirectory() as out:
         # Without benchmark rows: the KL plot only, as PNG and SVG, one group per scorer family.
@@ -94,6 +104,7 @@ def main(path):
         check_plot(os.path.join(out, "kl_vs_kept"), 5)
         check_plot(os.path.join(out, "kl_vs_bytes"), 10)
         check_plot(os.path.join(out, "kl_vs_experts"), 3)
+        check_plot(os.path.join(out, "kl_vs_memory"), 3)
         assert not os.path.exists(os.path.join(out, "speedup_vs_activity.svg"))
         # With FFN decode rows of a benchmark JSON: the speed-up plot too.
         bench = os.path.join(out, "bench.json")
@@ -109,6 +120,7 @@ def main(path):
     assert "| magnitude (top_k) |" in summary and "Token-sparse prefill" in summary, summary
     assert "Calibrated against uniform at equal bytes" in summary and "Tier predictor" in summary, summary
     assert "MoE (MoEfication)" in summary and "Router quality" in summary, summary
+    assert "KV cache in tiered stores" in summary, summary
     print("demo JSON, plots and quality summary: ok (%d rows)" % len(rows))
     return 0
 

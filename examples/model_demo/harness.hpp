@@ -33,6 +33,7 @@ struct options {
   std::string json = "demo-results/latest.json";
   std::size_t sequences = 64;
   std::size_t length = 256;
+  std::size_t kv_length = 512;  // the KV rows' sequences: the evaluation set continued to this length
   std::size_t calibration_sequences = 8;
   std::size_t decode_tokens = 128;
   std::string only;  // --policy: run only the policies whose name contains this (dense always runs)
@@ -78,17 +79,18 @@ inline void for_each_sequence(std::size_t n, std::size_t workers,
   }
 }
 
-// Sequences of `length` tokens from BOS, sampled from the dense model at temperature 1.
-inline std::vector<std::vector<int>> sample_sequences(const model& m, std::size_t count, std::size_t length,
-                                                      std::uint64_t seed, std::size_t workers) {
-  std::vector<std::vector<int>> out(count);
-  for_each_sequence(count, workers, [&](std::size_t, std::size_t s) {
+// Each sequence continued to `length` tokens, sampled from the dense model at temperature 1
+// (sequence s draws from its own stream, seed + s: the same tokens for any worker count).
+inline std::vector<std::vector<int>> extend_sequences(const model& m, std::vector<std::vector<int>> seqs,
+                                                      std::size_t length, std::uint64_t seed, std::size_t workers) {
+  for_each_sequence(seqs.size(), workers, [&](std::size_t, std::size_t s) {
     llama2c::dense_policy dense;
-    std::mt19937_64 rng(seed + s);  // one stream per sequence: the same set for any worker count
+    std::mt19937_64 rng(seed + s);
     std::vector<float> logits(m.vocab());
     std::vector<double> p(m.vocab());
     auto cache = m.new_cache();
-    std::vector<int> seq = {1};
+    std::vector<int>& seq = seqs[s];
+    for (std::size_t t = 0; t + 1 < seq.size(); ++t) m.decode(seq[t], cache, logits, dense);  // the prefix
     while (seq.size() < length) {
       m.decode(seq.back(), cache, logits, dense);
       const float max = *std::max_element(logits.begin(), logits.end());
@@ -96,9 +98,14 @@ inline std::vector<std::vector<int>> sample_sequences(const model& m, std::size_
       std::discrete_distribution<int> pick(p.begin(), p.end());
       seq.push_back(pick(rng));
     }
-    out[s] = std::move(seq);
   });
-  return out;
+  return seqs;
+}
+
+// Sequences of `length` tokens from BOS, sampled from the dense model at temperature 1.
+inline std::vector<std::vector<int>> sample_sequences(const model& m, std::size_t count, std::size_t length,
+                                                      std::uint64_t seed, std::size_t workers) {
+  return extend_sequences(m, std::vector<std::vector<int>>(count, std::vector<int>{1}), length, seed, workers);
 }
 
 // log-softmax of every row of logits [rows × vocab], in double.
@@ -119,7 +126,12 @@ struct quality {
   double kl = 0.0;
   double top1 = 0.0;
   double ppl = 0.0;
+  double memory = 1.0;  // KV cache bytes held after each sequence over an f32 cache's, mean over sequences
 };
+
+// How a run makes its KV cache: the plain f32 cache unless a row gives tiered stores.
+using cache_maker = std::function<model::kv_cache(const model&)>;
+inline model::kv_cache plain_cache(const model& m) { return m.new_cache(); }
 
 // The dense model's log-probabilities of every evaluation sequence (the reference).
 inline std::vector<std::vector<double>> reference_logprobs(const model& m, const std::vector<std::vector<int>>& seqs,
@@ -138,17 +150,19 @@ inline std::vector<std::vector<double>> reference_logprobs(const model& m, const
 // Quality of a policy over the evaluation set; `policies` holds one instance per worker.
 template <class Policy>
 quality evaluate(const model& m, const std::vector<std::vector<int>>& seqs,
-                 const std::vector<std::vector<double>>& dense_lp, std::vector<std::unique_ptr<Policy>>& policies) {
+                 const std::vector<std::vector<double>>& dense_lp, std::vector<std::unique_ptr<Policy>>& policies,
+                 const cache_maker& make_cache = plain_cache) {
   const std::size_t v = m.vocab();
   struct sums {
-    double kl = 0.0, agree = 0.0, nll = 0.0, positions = 0.0;
+    double kl = 0.0, agree = 0.0, nll = 0.0, positions = 0.0, memory = 0.0;
   };
   std::vector<sums> per(seqs.size());
   for_each_sequence(seqs.size(), policies.size(), [&](std::size_t w, std::size_t q) {
     const auto& s = seqs[q];
-    auto cache = m.new_cache();
+    auto cache = make_cache(m);
     std::vector<float> logits(s.size() * v);
     m.prefill(s, cache, logits, *policies[w]);
+    per[q].memory = static_cast<double>(cache.bytes_held()) / static_cast<double>(m.f32_cache_bytes(s.size()));
     const std::vector<double> lp = log_softmax(logits, v);
     const std::vector<double>& ref = dense_lp[q];
     sums& r = per[q];
@@ -169,8 +183,10 @@ quality evaluate(const model& m, const std::vector<std::vector<int>>& seqs,
     all.agree += r.agree;
     all.nll += r.nll;
     all.positions += r.positions;
+    all.memory += r.memory;
   }
-  return {all.kl / all.positions, all.agree / all.positions, std::exp(all.nll / all.positions)};
+  return {all.kl / all.positions, all.agree / all.positions, std::exp(all.nll / all.positions),
+          all.memory / static_cast<double>(seqs.size())};
 }
 
 // The mean of f over the worker policies, weighted by the sequences each one ran.
@@ -185,8 +201,9 @@ double over_workers(std::size_t sequences, const std::vector<std::unique_ptr<Pol
 }
 
 // Greedy decode of `tokens` tokens from BOS; tokens per second.
-inline double decode_speed(const model& m, llama2c::policy& p, std::size_t tokens) {
-  auto cache = m.new_cache();
+inline double decode_speed(const model& m, llama2c::policy& p, std::size_t tokens,
+                           const cache_maker& make_cache = plain_cache) {
+  auto cache = make_cache(m);
   std::vector<float> logits(m.vocab());
   int token = 1;
   const auto start = std::chrono::steady_clock::now();
@@ -221,6 +238,7 @@ struct row {
   double tokens_per_s = 0.0;
   std::vector<double> kept_per_layer;       // token-sparse rows only
   std::optional<double> experts_per_token;  // MoE rows only: mean over tokens and layers
+  std::optional<double> memory_fraction;    // KV rows only: q.memory
 };
 
 }  // namespace model_demo

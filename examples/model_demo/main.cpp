@@ -5,7 +5,7 @@
 // policy) of the next-token distributions, top-1 agreement with dense, perplexity and decode
 // tokens/s. Thresholds (CATS, TEAL) are calibrated on a separate calibration sample.
 //
-//   model_demo [--checkpoint PATH] [--tokenizer PATH] [--sequences N] [--length N]
+//   model_demo [--checkpoint PATH] [--tokenizer PATH] [--sequences N] [--length N] [--kv-length N]
 //              [--json PATH] [--threads N] [--policy TEXT] [--quick]
 //   model_demo --synthetic 7b|3b|tiny [--dtype f32|f16|bf16|q8_0|q4_0] [--layers N] [--tokens N]
 //              [--context N] [--threads N] [--interleave] [--json PATH]
@@ -20,11 +20,14 @@
 // demo-results/latest.json, or demo-results/synthetic.json; scripts/demo_plots.py draws the
 // plots from it with matplotlib, as PNG and SVG).
 //
+// The KV rows (names with "kv") keep the KV cache in tiered stores (kv.hpp) over the evaluation
+// sequences continued to --kv-length tokens (default 512), the FFN dense.
+//
 // The files: harness.hpp (sampling, the dense reference, KL / top-1 / perplexity),
-// policies.hpp (the policies, their calibration, the policy table), moe.hpp (the dense model split
-// into 8 experts per layer with a fitted router: the MoE rows), synthetic.hpp (the random-weight
-// decode), output.hpp (tables and JSON), this file (the command line).
-// Libraries (Debian packages; examples only, the library itself needs neither):
+// policies.hpp (the policies, their calibration, the policy table), kv.hpp (the KV rows), moe.hpp (the dense model
+// split into 8 experts per layer with a fitted router: the MoE rows), synthetic.hpp (the random-weight decode),
+// output.hpp (tables and JSON), this file (the command line). Libraries (Debian packages; examples only, the library
+// itself needs neither):
 //   CLI11 (libcli11-dev): the command line: typed options with ranges, choices, defaults in
 //     --help, and options of one mode refused in the other, all declared rather than hand-parsed.
 //   nlohmann::json (nlohmann-json3-dev): the JSON files: escaping, UTF-8 and number formatting
@@ -36,6 +39,7 @@
 
 #include "calibration/pipeline.hpp"
 #include "harness.hpp"
+#include "kv.hpp"
 #include "llama2c/checkpoint.hpp"
 #include "llama2c/model.hpp"
 #include "llama2c/tokenizer.hpp"
@@ -119,8 +123,10 @@ int run_evaluation(const options& o) {
   const llama2c::checkpoint ckpt = llama2c::checkpoint::load(o.checkpoint);
   const model m(ckpt);
   const llama2c::tokenizer tok = llama2c::tokenizer::load(o.tokenizer, m.vocab());
-  if (o.length > m.seq_len()) {
-    detail::fail("model_demo", "--length", o.length, "at most the model's seq_len = " + std::to_string(m.seq_len()));
+  for (const auto& [flag, n] : {std::pair{"--length", o.length}, std::pair{"--kv-length", o.kv_length}}) {
+    if (n > m.seq_len()) {
+      detail::fail("model_demo", flag, n, "at most the model's seq_len = " + std::to_string(m.seq_len()));
+    }
   }
   const layer_scorers scorers = layer_scorers::of(m);
   calibration cal;  // filled below, read when a CATS or TEAL policy is made
@@ -170,9 +176,26 @@ int run_evaluation(const options& o) {
     }
     table.insert(table.end(), more.begin(), more.end());
   }
+  // The KV rows: the evaluation sequences continued to --kv-length, their own dense reference.
+  std::vector<kv_setting> kv;
+  for (kv_setting& s : kv_table(m.layers(), m.kv_dim(), o.kv_length)) {
+    if (s.name.find(o.only) != std::string::npos) kv.push_back(std::move(s));
+  }
+  if (!kv.empty()) {
+    bar.total += 1 + kv.size();
+    auto long_eval = extend_sequences(m, eval, o.kv_length, 4048, o.workers);
+    for (auto& q : long_eval) q.resize(o.kv_length);
+    const auto long_lp = reference_logprobs(m, long_eval, o.workers);
+    bar.step("evaluation set continued to --kv-length");
+    for (const kv_setting& s : kv) {
+      rows.push_back(evaluate_kv(m, o, long_eval, long_lp, s));
+      bar.step(s.name);
+    }
+  }
   if (rows.size() == 1) detail::fail("model_demo", "--policy", o.only, "text found in at least one policy name");
   print_results(o, m.cfg(), rows);
   if (moe.fitted()) print_moe(moe, rows);
+  if (!kv.empty()) print_kv(o, kv, rows);
 
   // A greedy sample under dense and under one sparse preset, as text.
   dense_demo_policy dense_greedy;
@@ -251,12 +274,18 @@ int main(int argc, char** argv) try {
                             ->check(range(2, std::size_t{1} << 20))
                             ->group(eval)
                             ->capture_default_str();
+  CLI::Option* kv_length =
+      app.add_option("--kv-length", o.kv_length, "Tokens per sequence of the KV rows (at most the model's seq_len)")
+          ->type_name("N")
+          ->check(range(2, std::size_t{1} << 20))
+          ->group(eval)
+          ->capture_default_str();
   CLI::Option* only =
       app.add_option("--policy", o.only, "Run only the policies whose name contains TEXT (and dense)")->group(eval);
   bool quick_run = false;
   CLI::Option* quick = app.add_flag("--quick", quick_run,
-                                    "A small run: 4 sequences of 40 tokens (unless given), 2 calibration sequences, "
-                                    "16 decode tokens")
+                                    "A small run: 4 sequences of 40 tokens (KV rows: 96; unless given), 2 calibration "
+                                    "sequences, 16 decode tokens")
                            ->group(eval);
   CLI::Option* synthetic = app.add_option("--synthetic", so.shape, "Decode through a random-weight stack of this shape")
                                ->type_name("SHAPE")
@@ -273,7 +302,7 @@ int main(int argc, char** argv) try {
   count("--tokens", so.tokens, "Decode steps per row", 1, 100000);
   count("--context", so.context, "KV cache positions", 1, 1 << 16);
   synthetic_only(app.add_flag("--interleave", so.interleave, "Interleaved copies of q8_0 / q4_0 matrices"));
-  for (CLI::Option* e : {checkpoint, tokenizer, sequences, length, only, quick}) synthetic->excludes(e);
+  for (CLI::Option* e : {checkpoint, tokenizer, sequences, length, kv_length, only, quick}) synthetic->excludes(e);
   CLI11_PARSE(app, argc, argv);
 
   if (*synthetic) {
@@ -290,6 +319,7 @@ int main(int argc, char** argv) try {
   if (quick_run) {
     if (!*sequences) o.sequences = 4;
     if (!*length) o.length = 40;
+    if (!*kv_length) o.kv_length = 96;
     o.calibration_sequences = 2;
     o.decode_tokens = 16;
   }

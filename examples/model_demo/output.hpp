@@ -5,6 +5,7 @@
 
 #include "calibration/pipeline.hpp"
 #include "harness.hpp"
+#include "kv.hpp"
 #include "llama2c/checkpoint.hpp"
 #include "moe.hpp"
 #include "synthetic.hpp"
@@ -81,11 +82,13 @@ inline void print_greedy(const std::string& text_dense, const std::string& spars
 }
 
 // {model, sequences, length, greedy_dense, greedy_sparse, rows: [{policy, family, scorer,
-// kept_fraction, bytes_fraction, kl, top1, ppl, tokens_per_s[, kept_per_layer][, experts_per_token]}]}
+// kept_fraction, bytes_fraction, kl, top1, ppl, tokens_per_s[, kept_per_layer][, experts_per_token]
+// [, memory_fraction]}]}; KV rows (family "kv") are over sequences of kv_length tokens.
 inline json results_json(const options& o, const std::vector<row>& rows, const std::string& text_dense,
                          const std::string& text_sparse) {
-  json out = {{"model", o.checkpoint},      {"sequences", o.sequences},     {"length", o.length},
-              {"greedy_dense", text_dense}, {"greedy_sparse", text_sparse}, {"rows", json::array()}};
+  json out = {{"model", o.checkpoint},    {"sequences", o.sequences},   {"length", o.length},
+              {"kv_length", o.kv_length}, {"greedy_dense", text_dense}, {"greedy_sparse", text_sparse},
+              {"rows", json::array()}};
   for (const row& r : rows) {
     json j = {{"policy", r.policy},
               {"family", r.family},
@@ -101,9 +104,25 @@ inline json results_json(const options& o, const std::vector<row>& rows, const s
       for (const double f : r.kept_per_layer) per_layer.push_back(number(f));
     }
     if (r.experts_per_token) j["experts_per_token"] = number(*r.experts_per_token);
+    if (r.memory_fraction) j["memory_fraction"] = number(*r.memory_fraction);
     out["rows"].push_back(std::move(j));
   }
   return out;
+}
+
+// The KV rows: memory held against quality, with what each setting does.
+inline void print_kv(const options& o, const std::vector<kv_setting>& settings, const std::vector<row>& rows) {
+  std::printf(
+      "\nKV cache in tiered stores (%zu sequences continued to %zu tokens, FFN dense): memory = bytes held after the "
+      "sequence (rows, scales, minimums) / an f32 cache's\n",
+      o.sequences, o.kv_length);
+  std::printf("%-46s %7s %11s %6s %7s %9s\n", "policy", "memory", "KL", "top1", "ppl", "tok/s");
+  for (const row& r : rows) {
+    if (!r.memory_fraction) continue;
+    std::printf("%-46s %7.4f %11.6f %6.3f %7.3f %9.0f\n", r.policy.c_str(), *r.memory_fraction, r.q.kl, r.q.top1,
+                r.q.ppl, r.tokens_per_s);
+  }
+  for (const kv_setting& s : settings) std::printf("  %s: %s\n", s.name.c_str(), s.description.c_str());
 }
 
 // The MoE rows' experts per token and what the MoEfication measured (moe.hpp).
