@@ -151,8 +151,8 @@ HWY_INLINE void head_bytes(std::size_t g, std::size_t hd, std::size_t& begin, st
 }
 
 // P rows × H heads at once (the same format): out[h · hstride + r] = scale · (q_h · row_r[col,
-// col + hd)) for r < P. Each sum is one accumulator over j in order, so a row's scores do not
-// depend on its neighbours or on P.
+// col + hd)) for r < P. Each sum is one accumulator over j in order, its lanes added in a fixed
+// tree, so a row's scores do not depend on its neighbours or on P.
 template <std::size_t P, std::size_t H, row_format F>
 HWY_INLINE void scores_of_rows(const std::byte* const* rows, std::size_t col, std::size_t hd,
                                const float* HWY_RESTRICT q, float scale, const float* HWY_RESTRICT scales,
@@ -184,6 +184,20 @@ HWY_INLINE void scores_of_rows(const std::byte* const* rows, std::size_t col, st
       for (std::size_t r = 0; r < P; ++r) acc[r][h] = hn::MulAdd(qv, v[r], acc[r][h]);
     }
   }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (lanes == 16) {  // the sums four at a time, transposed; the same bits as one at a time
+    constexpr std::size_t n = P * H;
+    const V* const flat = &acc[0][0];
+    float sums[n];
+    std::size_t k = 0;
+    for (; k + 4 <= n; k += 4) sum_lanes16x4(flat[k], flat[k + 1], flat[k + 2], flat[k + 3], sums + k);
+    for (; k < n; ++k) sums[k] = sum_lanes16(flat[k]);
+    for (std::size_t r = 0; r < P; ++r) {
+      for (std::size_t h = 0; h < H; ++h) out[h * hstride + r] = sums[r * H + h] * scale;
+    }
+    return;
+  }
+#endif
   for (std::size_t r = 0; r < P; ++r) {
     for (std::size_t h = 0; h < H; ++h) out[h * hstride + r] = hn::GetLane(hn::SumOfLanes(df, acc[r][h])) * scale;
   }
