@@ -2,7 +2,7 @@
 // query of 32 heads × 128 against 4K, 16K and 32K positions, multi-head (32 KV heads) and
 // grouped-query (8 KV heads), the cache uniform in one format, 1 and 2 threads.
 // Counters:
-//   gbps, pct_of_stream   cache bytes read (K and V rows, scales included) / time, and over the
+//   gbps, pct_of_read   cache bytes read (K and V rows, scales included) / time, and over the
 //                         read bandwidth measured in this process
 //   speedup_vs_f32        the same call on an f32 cache of the same values, timed alternately in
 //                         the same benchmark / this call's time
@@ -92,7 +92,7 @@ void BM_attention(benchmark::State& state, std::size_t positions, std::size_t kv
   const double n = static_cast<double>(state.iterations());
   const double gbps = static_cast<double>(cache.bytes) * n / cand / 1e9;
   state.counters["gbps"] = gbps;
-  state.counters["pct_of_stream"] = pct_of_stream(gbps, static_cast<unsigned>(threads));
+  state.counters["pct_of_read"] = pct_of_read(gbps, static_cast<unsigned>(threads));
   state.counters["speedup_vs_f32"] = f == row_format::f32 ? 1.0 : baseline / cand;
   state.counters["bytes_vs_f32"] = static_cast<double>(cache.bytes) / static_cast<double>(f32.bytes);
   state.counters["mb"] = static_cast<double>(cache.bytes) / 1e6;

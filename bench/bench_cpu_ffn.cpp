@@ -30,7 +30,7 @@
 //   kept           a, the fraction of neurons kept
 //   path           on sparse rows: 1 when every row was read (from the crossover on, or
 //                  keep-all), 0 when the kept rows were gathered
-//   pct_of_stream  on dense rows: gbps / the read bandwidth measured at the same thread count
+//   pct_of_read  on dense rows: gbps / the read bandwidth measured at the same thread count
 #include "ffn_layers.hpp"
 #include "harness.hpp"
 #include "read_bandwidth.hpp"
@@ -158,7 +158,7 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads,
     state.counters["path"] = static_cast<double>(kept.indices.size()) >= from * static_cast<double>(s.d_ff) ? 1 : 0;
   }
   if (Kind == set_kind::dense) {
-    state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, static_cast<unsigned>(threads));
+    state.counters["pct_of_read"] = actsparse_bench::pct_of_read(gbps, static_cast<unsigned>(threads));
   }
 }
 

@@ -7,7 +7,7 @@
 // ceiling (the `cache` rows, BM_cpu_ceiling). The q8_0_x16 / q4_0_x16 rows run the dense GEMV
 // from interleaved copies (cpu::weight_layouts) against the row-major one. Counters:
 //   gbps           weight bytes that must be read / time (1e9 bytes per GB)
-//   pct_of_stream  gbps / the read bandwidth measured at the same thread count (a ratio)
+//   pct_of_read  gbps / the read bandwidth measured at the same thread count (a ratio)
 //   speedup        dense time / this time, dense interleaved in the same iterations
 //   ideal          1 / a when a fraction a of the rows is read
 //   pct_of_ideal   speedup / ideal
@@ -180,7 +180,7 @@ void BM_cpu_gemv(benchmark::State& state) {
   const double speedup = dense_s / sparse_s;
   const double ideal = static_cast<double>(rows) / static_cast<double>(a >= 1.0 ? rows : kept.size());
   state.counters["gbps"] = gbps;
-  state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, static_cast<unsigned>(state.range(1)));
+  state.counters["pct_of_read"] = actsparse_bench::pct_of_read(gbps, static_cast<unsigned>(state.range(1)));
   state.counters["speedup"] = speedup;
   state.counters["ideal"] = ideal;
   state.counters["pct_of_ideal"] = speedup / ideal;
@@ -192,7 +192,7 @@ void BM_cpu_gemv(benchmark::State& state) {
 // of whole rows, except f32's one). In the same iterations, the dense call on the 11008-row
 // matrices from DRAM (11008 / 2048 = 5 cached calls read about the bytes of one). Counters:
 //   gbps              bytes / time of the cached calls
-//   pct_of_stream     gbps / the DRAM read bandwidth at the same thread count (below 1: the
+//   pct_of_read     gbps / the DRAM read bandwidth at the same thread count (below 1: the
 //                     kernel's arithmetic, not memory, bounds it from DRAM too)
 //   dram_gbps         bytes / time of the DRAM calls
 //   dram_of_ceiling   dram_gbps / gbps (near 1: compute-bound from DRAM)
@@ -225,7 +225,7 @@ void ceiling_loop(benchmark::State& state, const std::vector<weight_view>& dram,
   const double gbps = row_b * static_cast<double>(cached.rows * calls) * n / cached_s / 1e9;
   const double dram_gbps = row_b * static_cast<double>(rows) * n / dram_s / 1e9;
   state.counters["gbps"] = gbps;
-  state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, static_cast<unsigned>(state.range(0)));
+  state.counters["pct_of_read"] = actsparse_bench::pct_of_read(gbps, static_cast<unsigned>(state.range(0)));
   state.counters["dram_gbps"] = dram_gbps;
   state.counters["dram_of_ceiling"] = dram_gbps / gbps;
 }
@@ -251,7 +251,7 @@ void BM_cpu_ceiling_interleaved(benchmark::State& state) {
 }
 
 // The dense GEMV from the interleaved copies against the row-major one, interleaved in
-// the same iterations: gbps and pct_of_stream of the copies, rowmajor_gbps, and speedup =
+// the same iterations: gbps and pct_of_read of the copies, rowmajor_gbps, and speedup =
 // row-major time / interleaved time.
 template <class T>
 void BM_cpu_gemv_interleaved(benchmark::State& state) {
@@ -278,7 +278,7 @@ void BM_cpu_gemv_interleaved(benchmark::State& state) {
       static_cast<double>(row_bytes(dtype_traits<T>::type, cols) * rows) * static_cast<double>(state.iterations());
   const double gbps = bytes / interleaved_s / 1e9;
   state.counters["gbps"] = gbps;
-  state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, static_cast<unsigned>(state.range(0)));
+  state.counters["pct_of_read"] = actsparse_bench::pct_of_read(gbps, static_cast<unsigned>(state.range(0)));
   state.counters["rowmajor_gbps"] = bytes / rowmajor_s / 1e9;
   state.counters["speedup"] = rowmajor_s / interleaved_s;
 }

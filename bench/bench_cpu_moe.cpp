@@ -8,9 +8,9 @@
 // moe_decode/<dtype>/<shape>/t<n>: one token per call, the whole op (route + experts +
 // combine), fixed native k and the adaptive count (adaptive_top_k, mass 0.5: buckets (1, 2)
 // for top-2, (3, 4, 5, 6) otherwise) on the same tokens in the same iterations. Counters:
-//   gbps, pct_of_stream          expert bytes read by the fixed-k call / its time, and over the
+//   gbps, pct_of_read          expert bytes read by the fixed-k call / its time, and over the
 //                                read bandwidth measured in this process
-//   adaptive_gbps, adaptive_pct_of_stream   the same for the adaptive call
+//   adaptive_gbps, adaptive_pct_of_read   the same for the adaptive call
 //   experts, adaptive_experts    routed experts per token
 //   us_per_expert                fixed time / native k
 //   saved_us_per_expert          (fixed − adaptive time) / (experts not run): time follows the
@@ -234,9 +234,9 @@ void BM_moe_decode(benchmark::State& state, moe_shape s) {
   const double n = static_cast<double>(state.iterations());
   const auto u = static_cast<unsigned>(threads);
   state.counters["gbps"] = fixed_bytes / fixed_s / 1e9;
-  state.counters["pct_of_stream"] = pct_of_stream(fixed_bytes / fixed_s / 1e9, u);
+  state.counters["pct_of_read"] = pct_of_read(fixed_bytes / fixed_s / 1e9, u);
   state.counters["adaptive_gbps"] = adaptive_bytes / adaptive_s / 1e9;
-  state.counters["adaptive_pct_of_stream"] = pct_of_stream(adaptive_bytes / adaptive_s / 1e9, u);
+  state.counters["adaptive_pct_of_read"] = pct_of_read(adaptive_bytes / adaptive_s / 1e9, u);
   state.counters["experts"] = fixed_experts / n;
   state.counters["adaptive_experts"] = adaptive_experts / n;
   state.counters["fixed_us"] = fixed_s / n * 1e6;

@@ -9,7 +9,7 @@
 //   speedup        dense time / this time, dense run interleaved in the same iterations
 //   ideal          dense bytes / these bytes = 3 / (1 + 2a)
 //   pct_of_ideal   speedup / ideal (a ratio; 1.0 = the ideal speed-up)
-//   pct_of_stream  gbps / the measured one-thread read bandwidth (a ratio)
+//   pct_of_read  gbps / the measured one-thread read bandwidth (a ratio)
 // Every weight set spans more than the last-level cache (several layers, cycled), so each
 // call streams its weights from memory.
 
@@ -168,7 +168,7 @@ void set_ffn_counters(benchmark::State& state, double bytes, double dense_bytes,
   state.counters["speedup"] = speedup;
   state.counters["ideal"] = ideal;
   state.counters["pct_of_ideal"] = speedup / ideal;
-  state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, 1);
+  state.counters["pct_of_read"] = actsparse_bench::pct_of_read(gbps, 1);
 }
 
 // Dense gated FFN, one token per iteration, the next layer each time.

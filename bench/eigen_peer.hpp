@@ -51,7 +51,7 @@ inline void BM_eigen_gemv_f32(benchmark::State& state) {
   const double bytes = static_cast<double>(gemv_rows * gemv_cols) * sizeof(float);
   const double gbps = bytes * static_cast<double>(state.iterations()) / total / 1e9;
   state.counters["gbps"] = gbps;
-  state.counters["pct_of_stream"] = actsparse_bench::pct_of_stream(gbps, 1);
+  state.counters["pct_of_read"] = actsparse_bench::pct_of_read(gbps, 1);
 }
 
 inline const bool registered = [] {

@@ -16,7 +16,7 @@ median per name here. FFN decode rows are recognised by their name,
     cpu_ffn/<dtype>/<shape>/t<threads>/<random|clustered|coalesced|gathered>_a<activity>
 and get one table and one plot, ffn_speedup_<shape>_t<threads>.svg, per (shape, threads):
 speed-up over dense against the activity a, with the ideal 3/(1+2a). Every other row goes to
-one generic table with all its counters. The counters pct_of_ideal and pct_of_stream are ratios
+one generic table with all its counters. The counters pct_of_ideal and pct_of_read are ratios
 (1.0 = 100%) and are shown in percent; a value above 2 is taken to be a percentage already.
 
 Exit status: 0, or 2 with a one-line error on stderr when the file is missing, is not JSON or
@@ -165,7 +165,7 @@ def ffn_table(rows):
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["dtype"], "-" if dense else "%.2f" % r["activity"], r["set"], fmt(r["ms"]),
             fmt(c.get("gbps")), fmt(c.get("speedup")), fmt(c.get("ideal")),
-            pct(c.get("pct_of_ideal")), path, pct(c.get("pct_of_stream")) if dense else "-"))
+            pct(c.get("pct_of_ideal")), path, pct(c.get("pct_of_read")) if dense else "-"))
     return out
 
 

@@ -31,17 +31,17 @@ def sparse(dtype, s, a, ns, speedup, path=0):
 def synthetic():
     rows = [
         median_row("cpu_ffn/f32/7b/t1/dense", 12.5e6, gbps=43.2, speedup=1.0, ideal=1.0,
-                   pct_of_ideal=1.0, pct_of_stream=0.87),
+                   pct_of_ideal=1.0, pct_of_read=0.87),
         sparse("f32", "random", 0.05, 5.0e6, 2.5),
         sparse("f32", "random", 0.40, 8.0e6, 1.5625),
         sparse("f32", "random", 1.00, 12.6e6, 0.99, path=1),
         sparse("f32", "clustered", 0.05, 4.8e6, 2.6),
         sparse("f32", "gathered", 0.90, 12.0e6, 1.04),
         median_row("cpu_ffn/q8_0/7b/t1/dense", 3.4e6, gbps=44.0, speedup=1.0, ideal=1.0,
-                   pct_of_ideal=1.0, pct_of_stream=0.9),
+                   pct_of_ideal=1.0, pct_of_read=0.9),
         sparse("q8_0", "random", 0.05, 1.5e6, 2.27),
         sparse("q8_0", "random", 0.10, 1.8e6, 1.89),
-        median_row("cpu_gemv/f32/7b/t1/a_pct:50/threads:1", 2.0e6, gbps=45.1, pct_of_stream=0.9,
+        median_row("cpu_gemv/f32/7b/t1/a_pct:50/threads:1", 2.0e6, gbps=45.1, pct_of_read=0.9,
                    speedup=1.9, ideal=2.0, pct_of_ideal=0.95),
         median_row("mystery_bench/xyz", 1234.0, widgets=42.0),
     ]
