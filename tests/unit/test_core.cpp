@@ -123,6 +123,29 @@ TEST_CASE("views map ggml and torch strides without copies") {
   CHECK_THROWS_AS((void)from_torch(buf.data(), 6, 5, 4), error);
 }
 
+TEST_CASE("ggml type ids map to dtypes and back, other ggml types are errors that name them") {
+  // The ids of enum ggml_type (ggml.h).
+  CHECK(dtype_of_ggml(0) == dtype::f32);
+  CHECK(dtype_of_ggml(1) == dtype::f16);
+  CHECK(dtype_of_ggml(2) == dtype::q4_0);
+  CHECK(dtype_of_ggml(8) == dtype::q8_0);
+  CHECK(dtype_of_ggml(30) == dtype::bf16);
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+    CHECK(dtype_of_ggml(ggml_type_of(t)) == t);
+  }
+  CHECK_THROWS_WITH_AS((void)dtype_of_ggml(12), doctest::Contains("GGML_TYPE_Q4_K"), error);
+  CHECK_THROWS_WITH_AS((void)dtype_of_ggml(3), doctest::Contains("GGML_TYPE_Q4_1"), error);
+  CHECK_THROWS_WITH_AS((void)dtype_of_ggml(-1), doctest::Contains("not a ggml type"), error);
+  CHECK_THROWS_WITH_AS((void)dtype_of_ggml(1000), doctest::Contains("Q8_0 (8)"), error);
+
+  std::vector<block_q4_0> blocks(3 * 2);
+  const weight_view q = from_ggml(blocks.data(), ggml_type_id::q4_0, 64, 3, 2 * sizeof(block_q4_0));
+  CHECK(q.type == dtype::q4_0);
+  CHECK(q.rows == 3);
+  CHECK(q.cols == 64);
+  CHECK_THROWS_WITH_AS((void)from_ggml(blocks.data(), 14, 256, 1, 210), doctest::Contains("GGML_TYPE_Q6_K"), error);
+}
+
 TEST_CASE("errors name the argument, the value and the expectation") {
   try {
     detail::require(false, "top_k", "k", 12, "k <= n (n = 10)");

@@ -636,6 +636,65 @@ TEST_CASE("cpu::interleave_rows: lossless (each row reads back as its blocks), o
   CHECK_THROWS_WITH_AS((void)cpu::interleave_rows(ragged), doctest::Contains("a multiple of 32 values per row"), error);
 }
 
+TEST_CASE(
+    "layouts written into an engine's buffer: interleave_rows_into and transpose_into give the owned copies' bytes") {
+  std::mt19937 rng(62);
+  for (const dtype t : block_dtypes) {
+    const test_weights w = random_block_weights(t, 37, 1120, rng);
+    const cpu::interleaved_weights owned = cpu::interleave_rows(w.view);
+    const std::size_t need = cpu::interleaved_bytes(t, 37, 1120);
+    std::vector<std::byte> buffer(need + 8, std::byte{0xab});  // the engine's memory, with a guard
+    const cpu::interleaved_view placed = cpu::interleave_rows_into(w.view, buffer);
+    INFO(name(t));
+    CHECK(placed.data == buffer.data());
+    CHECK(std::memcmp(buffer.data(), owned.bytes.data(), need) == 0);
+    CHECK(std::all_of(buffer.begin() + static_cast<std::ptrdiff_t>(need), buffer.end(),
+                      [](std::byte b) { return b == std::byte{0xab}; }));
+    // The backend reads the borrowed copy as it reads an owned one: the same bits.
+    cpu::weight_layouts borrowed;
+    CHECK(borrowed.add_borrowed(w.view, placed).data == buffer.data());
+    CHECK(borrowed.bytes() == 0);
+    REQUIRE(borrowed.interleaved(w.view) != nullptr);
+    cpu::weight_layouts own;
+    (void)own.add_interleaved(w.view);
+    const auto x = random_vector(1120, rng);
+    CHECK(same_bits(cpu_gemv(w.view, x, subset::everything(), true, &borrowed),
+                    cpu_gemv(w.view, x, subset::everything(), true, &own)));
+    std::vector<std::byte> small(need - 1);
+    CHECK_THROWS_WITH_AS((void)cpu::interleave_rows_into(w.view, small),
+                         doctest::Contains(("at least " + std::to_string(need) + " bytes").c_str()), error);
+    cpu::interleaved_view wrong = placed;
+    wrong.rows = 36;
+    CHECK_THROWS_WITH_AS((void)cpu::weight_layouts{}.add_borrowed(w.view, wrong),
+                         doctest::Contains("the layout of the source matrix"), error);
+  }
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+    INFO(name(t));
+    const test_weights w = make_weights(t, 64, 96, rng, 1);  // strided rows
+    const cpu::owned_weights owned = cpu::transpose(w.view);
+    const std::size_t need = cpu::transposed_bytes(w.view);
+    CHECK(need == owned.bytes.size());
+    std::vector<std::byte> buffer(need + 8, std::byte{0xab});
+    const weight_view placed = cpu::transpose_into(w.view, buffer);
+    CHECK(placed.data == buffer.data());
+    CHECK(placed.rows == 96);
+    CHECK(placed.cols == 64);
+    CHECK(placed.row_stride == owned.view.row_stride);
+    CHECK(std::memcmp(buffer.data(), owned.bytes.data(), need) == 0);
+    CHECK(std::all_of(buffer.begin() + static_cast<std::ptrdiff_t>(need), buffer.end(),
+                      [](std::byte b) { return b == std::byte{0xab}; }));
+    std::vector<std::byte> small(need - 1);
+    CHECK_THROWS_WITH_AS((void)cpu::transpose_into(w.view, small),
+                         doctest::Contains(("at least " + std::to_string(need) + " bytes").c_str()), error);
+    if (alignment(t) > 1) {
+      CHECK_THROWS_WITH_AS((void)cpu::transpose_into(w.view, std::span<std::byte>(buffer).subspan(1, need)),
+                           doctest::Contains("aligned to"), error);
+    }
+  }
+  const test_weights odd = make_weights(dtype::q8_0, 33, 64, rng);
+  CHECK_THROWS_WITH_AS((void)cpu::transposed_bytes(odd.view), doctest::Contains("a multiple of 32 rows"), error);
+}
+
 TEST_CASE("cpu q8_0 / q4_0 interleaved gemv: within the integer bounds on every target, and gathers read the blocks") {
   std::mt19937 rng(61);
   const reference_backend ref;

@@ -7,10 +7,14 @@
 #include <actsparse/core/dtype.hpp>
 #include <actsparse/core/error.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
 namespace actsparse {
 
@@ -111,6 +115,61 @@ void validate(const matrix_view<T>& m, std::string_view where, std::string_view 
   validate(weight_view(matrix_view<const std::remove_const_t<T>>(m)), where, argument);
 }
 
+// ggml's type ids (enum ggml_type in ggml.h; stable: ggml never renumbers them) of the dtypes
+// this library reads. A ggml tensor's `type` converts to int, so dtype_of_ggml(t->type).
+namespace ggml_type_id {
+inline constexpr int f32 = 0;
+inline constexpr int f16 = 1;
+inline constexpr int q4_0 = 2;
+inline constexpr int q8_0 = 8;
+inline constexpr int bf16 = 30;
+}  // namespace ggml_type_id
+
+namespace detail {
+// ggml's name of a type id it has and this library does not read (for the error), or "".
+[[nodiscard]] constexpr std::string_view ggml_type_name(int type) noexcept {
+  constexpr std::array<std::string_view, 40> names = {
+      "F32",     "F16",   "Q4_0",   "Q4_1",  "Q4_2 (removed)", "Q4_3 (removed)", "Q5_0",     "Q5_1",    "Q8_0",
+      "Q8_1",    "Q2_K",  "Q3_K",   "Q4_K",  "Q5_K",           "Q6_K",           "Q8_K",     "IQ2_XXS", "IQ2_XS",
+      "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S",          "IQ4_XS",         "I8",       "I16",     "I32",
+      "I64",     "F64",   "IQ1_M",  "BF16",  "Q4_0_4_4",       "Q4_0_4_8",       "Q4_0_8_8", "TQ1_0",   "TQ2_0",
+      "",        "",      "",       "MXFP4"};
+  return type >= 0 && static_cast<std::size_t>(type) < names.size() ? names[static_cast<std::size_t>(type)]
+                                                                    : std::string_view();
+}
+}  // namespace detail
+
+namespace detail {
+// Each dtype with its ggml type id, in the order the error message lists them.
+inline constexpr std::array<std::pair<dtype, int>, 5> ggml_type_ids{{{dtype::f32, ggml_type_id::f32},
+                                                                     {dtype::f16, ggml_type_id::f16},
+                                                                     {dtype::bf16, ggml_type_id::bf16},
+                                                                     {dtype::q8_0, ggml_type_id::q8_0},
+                                                                     {dtype::q4_0, ggml_type_id::q4_0}}};
+}  // namespace detail
+
+// The ggml type id of a dtype (the inverse of dtype_of_ggml).
+[[nodiscard]] constexpr int ggml_type_of(dtype t) noexcept {
+  for (const auto& [type, id] : detail::ggml_type_ids) {
+    if (type == t) return id;
+  }
+  return -1;
+}
+
+// The dtype of a ggml type id; any other id is an error that names the ggml type and the ones
+// this library reads (f32, f16, bf16, q8_0, q4_0).
+[[nodiscard]] inline dtype dtype_of_ggml(int ggml_type) {
+  for (const auto& [type, id] : detail::ggml_type_ids) {
+    if (id == ggml_type) return type;
+  }
+  const std::string_view known = detail::ggml_type_name(ggml_type);
+  detail::fail_described("dtype_of_ggml", "ggml_type",
+                         "ggml type id " + std::to_string(ggml_type) +
+                             (known.empty() ? std::string(" (not a ggml type this library knows)")
+                                            : " (GGML_TYPE_" + std::string(known) + ")"),
+                         "one of the types this library reads: F32 (0), F16 (1), BF16 (30), Q8_0 (8), Q4_0 (2)");
+}
+
 // ggml: ne0 values per row (innermost), ne1 rows, nb1 bytes between rows.
 [[nodiscard]] inline weight_view from_ggml(const void* data, dtype type, std::int64_t ne0, std::int64_t ne1,
                                            std::size_t nb1) {
@@ -119,6 +178,13 @@ void validate(const matrix_view<T>& m, std::string_view where, std::string_view 
   const weight_view w(data, type, static_cast<std::size_t>(ne1), static_cast<std::size_t>(ne0), nb1);
   validate(w, "from_ggml", "tensor");
   return w;
+}
+
+// The same with ggml's own type id (a tensor's `type`): from_ggml(t->data, t->type, t->ne[0],
+// t->ne[1], t->nb[1]). Ids of types this library does not read are errors (dtype_of_ggml).
+[[nodiscard]] inline weight_view from_ggml(const void* data, int ggml_type, std::int64_t ne0, std::int64_t ne1,
+                                           std::size_t nb1) {
+  return from_ggml(data, dtype_of_ggml(ggml_type), ne0, ne1, nb1);
 }
 
 // torch: a 2-D tensor with sizes (rows, cols) and strides in elements (stride0, 1).

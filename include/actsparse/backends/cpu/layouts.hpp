@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -68,10 +69,11 @@ struct interleaved_place {
   return {2 * interleave_group_rows + 64 * (v / 8) + 4 * r + v % 4, v % 8 >= 4};
 }
 
-// Builds the interleaved copy of a q8_0 / q4_0 matrix (any row stride; cols a multiple of
-// 32, at least one row). Keep the result alive while its view is used (moving it keeps the
-// bytes); weight_layouts below keeps it for the backend.
-[[nodiscard]] inline interleaved_weights interleave_rows(const weight_view& w) {
+// Writes the interleaved layout of a q8_0 / q4_0 matrix (any row stride; cols a multiple of
+// 32, at least one row) into `out`, a buffer of the engine's of at least
+// interleaved_bytes(w.type, w.rows, w.cols) bytes: the engine places the copy in its own
+// (backend) memory and keeps it alive while the view is used. Returns the view of it.
+[[nodiscard]] inline interleaved_view interleave_rows_into(const weight_view& w, std::span<std::byte> out) {
   constexpr std::string_view where = "cpu::interleave_rows";
   validate(w, where, "w");
   if (w.type != dtype::q4_0 && w.type != dtype::q8_0) {
@@ -79,18 +81,27 @@ struct interleaved_place {
   }
   ::actsparse::detail::require(w.rows > 0 && w.cols > 0, where, "w.rows * w.cols", w.rows * w.cols,
                                "a non-empty matrix (at least one row of one block)");
+  const std::size_t need = interleaved_bytes(w.type, w.rows, w.cols);
+  if (out.size() < need) {
+    ::actsparse::detail::fail_described(
+        where, "out", "a buffer of " + std::to_string(out.size()) + " bytes",
+        "at least " + std::to_string(need) + " bytes (interleaved_bytes(w.type, w.rows, w.cols))");
+  }
+  if (reinterpret_cast<std::uintptr_t>(out.data()) % alignof(f16) != 0) {
+    ::actsparse::detail::fail_described(where, "out", "a buffer at an odd address",
+                                        "an address aligned to 2 bytes (the f16 scales)");
+  }
   const std::size_t blocks = w.cols / qk4_0;
   const std::size_t block = block_bytes(w.type);
   const std::size_t group_block = interleave_group_rows * block;
-  interleaved_weights out;
-  out.bytes.assign(interleaved_bytes(w.type, w.rows, w.cols), std::byte{0});
+  std::fill_n(out.data(), need, std::byte{0});  // rows past the last hold scale 0
   const auto* src = static_cast<const std::byte*>(w.data);
   for (std::size_t i = 0; i < w.rows; ++i) {
     const std::size_t g = i / interleave_group_rows;
     const std::size_t r = i % interleave_group_rows;
     for (std::size_t b = 0; b < blocks; ++b) {
       const std::byte* blk = src + i * w.row_stride + b * block;  // d, then the quants
-      std::byte* const at = out.bytes.data() + (g * blocks + b) * group_block;
+      std::byte* const at = out.data() + (g * blocks + b) * group_block;
       std::memcpy(at + r * sizeof(f16), blk, sizeof(f16));
       for (std::size_t v = 0; v < qk4_0; ++v) {
         const interleaved_place to = interleaved_place_of(w.type, r, v);
@@ -104,7 +115,16 @@ struct interleaved_place {
       }
     }
   }
-  out.view = interleaved_view{w.type, out.bytes.data(), w.rows, w.cols};
+  return interleaved_view{w.type, out.data(), w.rows, w.cols};
+}
+
+// Builds the interleaved copy of a q8_0 / q4_0 matrix in a vector it owns (interleave_rows_into
+// writes the same bytes into the engine's buffer). Keep the result alive while its view is
+// used (moving it keeps the bytes); weight_layouts below keeps it for the backend.
+[[nodiscard]] inline interleaved_weights interleave_rows(const weight_view& w) {
+  interleaved_weights out;
+  if (w.type == dtype::q4_0 || w.type == dtype::q8_0) out.bytes.resize(interleaved_bytes(w.type, w.rows, w.cols));
+  out.view = interleave_rows_into(w, out.bytes);
   out.source = w;
   return out;
 }
@@ -145,6 +165,23 @@ class weight_layouts {
   // Builds the interleaved copy of w (q8_0 / q4_0; see interleave_rows) and keeps it; returns
   // its view. A second add of the same matrix is a clear error.
   interleaved_view add_interleaved(const weight_view& w) { return add(interleave_rows(w)); }
+  // Uses a copy the engine wrote into its own memory (interleave_rows_into) without owning it:
+  // the engine keeps those bytes alive and unchanged while the backend reads them. `copy` must
+  // be the layout of `source` (same dtype and shape; a clear error otherwise).
+  interleaved_view add_borrowed(const weight_view& source, const interleaved_view& copy) {
+    if (copy.type != source.type || copy.rows != source.rows || copy.cols != source.cols || copy.data == nullptr) {
+      ::actsparse::detail::fail_described(
+          "cpu::weight_layouts::add_borrowed", "copy",
+          std::string("an interleaved ") + std::string(name(copy.type)) + " copy of " + std::to_string(copy.rows) +
+              " x " + std::to_string(copy.cols) + (copy.data == nullptr ? " with no data" : ""),
+          "the layout of the source matrix: " + std::string(name(source.type)) + " " + std::to_string(source.rows) +
+              " x " + std::to_string(source.cols) + " (interleave_rows_into(source, buffer))");
+    }
+    interleaved_weights borrowed;
+    borrowed.view = copy;
+    borrowed.source = source;
+    return add(std::move(borrowed));
+  }
   // Keeps a copy built elsewhere (interleave_rows).
   interleaved_view add(interleaved_weights copy) {
     const auto at = std::lower_bound(copies_.begin(), copies_.end(), copy.source.data, before);
@@ -166,7 +203,7 @@ class weight_layouts {
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return copies_.size(); }
-  // Bytes held by the copies.
+  // Bytes of the copies it owns (borrowed ones are the engine's).
   [[nodiscard]] std::size_t bytes() const noexcept {
     std::size_t n = 0;
     for (const auto& c : copies_) n += c.bytes.size();
