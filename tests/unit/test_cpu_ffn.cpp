@@ -10,7 +10,9 @@
 #include <actsparse/backends/cpu/repack.hpp>
 #include <actsparse/backends/reference.hpp>
 #include <actsparse/ops/neuron_sparse_ffn.hpp>
+#include <actsparse/schedules/depth_schedule.hpp>
 #include <actsparse/scorers/magnitude.hpp>
+#include <actsparse/selectors/cumulative_mass.hpp>
 #include <actsparse/selectors/top_k.hpp>
 
 #include <doctest/doctest.h>
@@ -360,6 +362,64 @@ TEST_CASE("neuron_sparse_ffn runs on the CPU backend and agrees with the referen
   std::vector<float> dense(96);
   REQUIRE(dense_ffn(cpu_backend{}, w, x, dense, s, ex));
   check_within(dense, ffn_oracle(activation::silu, f.gate.values, f.up.values, f.down.values, x, subset::everything()));
+}
+
+TEST_CASE("neuron_sparse_ffn with a gate the engine computed: the bits of the op's own gate pass, and its errors") {
+  std::mt19937 rng(47);
+  for (const dtype t : {dtype::f32, dtype::bf16, dtype::q4_0}) {
+    INFO(name(t));
+    const cpu_ffn_weights f = make_cpu_ffn(t, 96, 256, rng);
+    const ffn_layer w{activation::silu, f.gate.view, f.up.view, f.down.view, f.down_t.view};
+    const std::vector<float> x = random_vector(96, rng);
+    // The engine's gate: the backend's own GEMV (as a fused gate + up GEMM with the same sums gives).
+    std::vector<float> gate(256);
+    std::vector<std::byte> workspace;
+    cpu::executor ex;
+    REQUIRE(run(cpu_backend{}, gemv_args{f.gate.view, x, gate, subset::everything()}, workspace, ex));
+    for (const auto& select : {top_k::by_count(64), top_k::by_count(256)}) {
+      for (const score_source source :
+           {score_source::gate_activation, score_source::gate_preactivation, score_source::hidden}) {
+        const neuron_sparse_ffn op{magnitude{}, select, source, cpu_backend{}};
+        std::vector<float> y(96);
+        std::vector<float> y_given(96);
+        selection kept;
+        selection kept_given;
+        ffn_scratch s;
+        REQUIRE(op(w, x, y, kept, s, ex));
+        const ffn_reads reads = s.reads;
+        REQUIRE(op(w, x, gate, y_given, kept_given, s, ex));
+        CHECK(kept_given.indices == kept.indices);
+        CHECK(same_bits(y_given, y));
+        CHECK(s.reads.gate_rows == reads.gate_rows);
+        CHECK(s.reads.up_rows == reads.up_rows);
+      }
+    }
+    // A layer its schedule runs dense: the given gate's path has the bits of the dense one.
+    const neuron_sparse_ffn<magnitude, cumulative_mass, cpu_backend, depth_schedule> layered{
+        magnitude{}, cumulative_mass{0.5, 4, 1}, score_source::gate_activation, cpu_backend{},
+        depth_schedule{2, depth_schedule::no_deep_tier, 0.5, 0.5, 4, 1}};
+    for (const std::size_t layer : {0U, 5U}) {
+      std::vector<float> y(96);
+      std::vector<float> y_given(96);
+      selection kept;
+      selection kept_given;
+      ffn_scratch s;
+      REQUIRE(layered(layer, w, x, y, kept, s, ex));
+      REQUIRE(layered(layer, w, x, gate, y_given, kept_given, s, ex));
+      CHECK((kept_given.reason == fallback_reason::dense_layer) == (layer == 0));
+      CHECK(kept_given.indices == kept.indices);
+      CHECK(same_bits(y_given, y));
+    }
+    const neuron_sparse_ffn all{magnitude{}, top_k::by_count(256), score_source::gate_activation, cpu_backend{}};
+    std::vector<float> bad = gate;
+    bad[7] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> y(96);
+    selection kept;
+    ffn_scratch s;
+    CHECK_THROWS_WITH_AS((void)all(w, x, bad, y, kept, s, ex), doctest::Contains("'gate[7]'"), error);
+    CHECK_THROWS_WITH_AS((void)all(w, x, std::span<const float>(gate).first(255), y, kept, s, ex),
+                         doctest::Contains("d_ff = 256"), error);
+  }
 }
 
 TEST_CASE("cpu row axpy with coalesce_gap: the same values, short gaps read with coefficient 0") {

@@ -90,6 +90,45 @@ struct neuron_sparse_ffn {
   // gate predictor (core/layer_setting.hpp); s.reads says what the call read.
   status operator()(std::size_t layer, const ffn_layer& w, std::span<const float> x, std::span<float> y,
                     selection& kept, ffn_scratch& s, typename Backend::executor_type& ex) const {
+    return token(layer, w, x, {}, y, kept, s, ex);
+  }
+
+  // The same with the gate already computed by the engine (for example in a fused gate + up
+  // GEMM): `gate` = W_gate·x before the activation, d_ff finite values. The op skips its own
+  // gate pass and reads from the weights only W_up's and W_down's rows; with the backend's own
+  // W_gate·x passed in, y and kept have the bits of the call above. A layer whose schedule
+  // gives it a gate predictor is an error here (the predictor exists to avoid that pass).
+  // s.reads still counts the d_ff gate rows: the call needs them, the engine read them.
+  status operator()(std::size_t layer, const ffn_layer& w, std::span<const float> x, std::span<const float> gate,
+                    std::span<float> y, selection& kept, ffn_scratch& s, typename Backend::executor_type& ex) const {
+    constexpr std::string_view where = "neuron_sparse_ffn";
+    detail::require(gate.size() == w.d_ff(), where, "gate.size()", gate.size(),
+                    "d_ff = " + std::to_string(w.d_ff()) + " (W_gate·x, one value per neuron)");
+    for (std::size_t j = 0; j < gate.size(); ++j) {
+      if (!std::isfinite(gate[j])) {
+        detail::fail(where, "gate[" + std::to_string(j) + "]", std::to_string(gate[j]), "a finite value of W_gate·x");
+      }
+    }
+    detail::require(layer_gate_predictor(schedule.at(layer)) == nullptr, where, "gate", "given",
+                    "no precomputed gate for a layer with a gate predictor (the predictor replaces that pass)");
+    return token(layer, w, x, gate, y, kept, s, ex);
+  }
+
+  // The same for an op whose schedule is uniform (every layer alike): no layer to name.
+  status operator()(const ffn_layer& w, std::span<const float> x, std::span<float> y, selection& kept, ffn_scratch& s,
+                    typename Backend::executor_type& ex) const requires std::same_as<Schedule, uniform_schedule> {
+    return (*this)(0, w, x, y, kept, s, ex);
+  }
+  status operator()(const ffn_layer& w, std::span<const float> x, std::span<const float> gate, std::span<float> y,
+                    selection& kept, ffn_scratch& s,
+                    typename Backend::executor_type& ex) const requires std::same_as<Schedule, uniform_schedule> {
+    return (*this)(0, w, x, gate, y, kept, s, ex);
+  }
+
+ private:
+  // One token; `given_gate` is the engine's W_gate·x, or empty to compute it (or predict it).
+  status token(std::size_t layer, const ffn_layer& w, std::span<const float> x, std::span<const float> given_gate,
+               std::span<float> y, selection& kept, ffn_scratch& s, typename Backend::executor_type& ex) const {
     const auto setting = schedule.at(layer);
     const std::size_t d_ff = w.d_ff();
     s.candidates.clear();
@@ -97,14 +136,25 @@ struct neuron_sparse_ffn {
       kept.reset(d_ff);
       kept.keep_all(d_ff, fallback_reason::dense_layer);
       s.reads = {d_ff, d_ff, d_ff, 0};
-      return run(backend, gated_ffn_args{w, x, y, subset::everything()}, s.workspace, ex);
+      if (given_gate.empty()) return run(backend, gated_ffn_args{w, x, y, subset::everything()}, s.workspace, ex);
+      s.gate.assign(given_gate.begin(), given_gate.end());
+      detail::activate(backend, w.act, std::span<float>(s.gate));
+      return run(
+          backend,
+          gated_ffn_args{w, x, y, subset::everything(), borrowed_span<const float>(std::span<const float>(s.gate))},
+          s.workspace, ex);
     }
     const Selector layer_select = layer_selector(selector, setting, layer_input{x, &s.token});
     const auto& layer_score = layer_scorer(scorer, setting);
     const gate_factors* predictor = layer_gate_predictor(setting);
     s.gate.resize(d_ff);
-    status st = predictor == nullptr ? run(backend, gemv_args{w.gate, x, s.gate, subset::everything()}, s.workspace, ex)
-                                     : predict_gate(*predictor, w, x, s, ex);
+    status st = status::ok();
+    if (!given_gate.empty()) {
+      s.gate.assign(given_gate.begin(), given_gate.end());
+    } else {
+      st = predictor == nullptr ? run(backend, gemv_args{w.gate, x, s.gate, subset::everything()}, s.workspace, ex)
+                                : predict_gate(*predictor, w, x, s, ex);
+    }
     if (!st) return st;
     std::span<const float> values = s.gate;
     if (source == score_source::gate_preactivation) {
@@ -142,13 +192,6 @@ struct neuron_sparse_ffn {
     return second_stage(refine, predictor, w, x, y, kept, s, ex);
   }
 
-  // The same for an op whose schedule is uniform (every layer alike): no layer to name.
-  status operator()(const ffn_layer& w, std::span<const float> x, std::span<float> y, selection& kept, ffn_scratch& s,
-                    typename Backend::executor_type& ex) const requires std::same_as<Schedule, uniform_schedule> {
-    return (*this)(0, w, x, y, kept, s, ex);
-  }
-
- private:
   // g̃ = U (A x) into s.gate.
   status predict_gate(const gate_factors& p, const ffn_layer& w, std::span<const float> x, ffn_scratch& s,
                       typename Backend::executor_type& ex) const {
