@@ -422,6 +422,34 @@ TEST_CASE("neuron_sparse_ffn with a gate the engine computed: the bits of the op
   }
 }
 
+TEST_CASE("neuron_sparse_ffn reports the CPU backend's path: every row past the crossover, interleaved copies") {
+  std::mt19937 rng(48);
+  const cpu_ffn_weights f = make_cpu_ffn(dtype::q4_0, 96, 256, rng);
+  const ffn_layer w{activation::silu, f.gate.view, f.up.view, f.down.view, f.down_t.view};
+  const std::vector<float> x = random_vector(96, rng);
+  cpu::weight_layouts copies;
+  (void)copies.add_interleaved(f.gate.view);
+  (void)copies.add_interleaved(f.up.view);
+  cpu::executor ex;
+  for (const double from : {0.2, 1.0}) {
+    for (const cpu::weight_layouts* layouts : std::array<const cpu::weight_layouts*, 2>{nullptr, &copies}) {
+      cpu_backend cpu;
+      cpu.tuning.read_all_from = from;
+      cpu.layouts = layouts;
+      const neuron_sparse_ffn op{magnitude{}, top_k::by_count(64), score_source::gate_activation, cpu};
+      std::vector<float> y(96);
+      selection kept;
+      ffn_scratch s;
+      REQUIRE(op(w, x, y, kept, s, ex));
+      INFO("read_all_from ", from, ", interleaved copies ", layouts != nullptr);
+      const bool past_crossover = 64.0 >= from * 256.0;
+      CHECK(s.reads.every_row == past_crossover);
+      CHECK(s.reads.interleaved == (past_crossover && layouts != nullptr));
+      CHECK(s.reads.up_rows == 64);  // the rows the policy needs, whatever the backend read
+    }
+  }
+}
+
 TEST_CASE("cpu row axpy with coalesce_gap: the same values, short gaps read with coefficient 0") {
   std::vector<std::uint32_t> filled(20);
   const std::array<std::uint32_t, 5> kept{1, 3, 4, 9, 11};

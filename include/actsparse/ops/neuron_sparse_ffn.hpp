@@ -34,6 +34,13 @@ struct ffn_reads {
   std::size_t up_rows = 0;          // W_up rows: the kept (first-stage) rows, or d_ff for a score from h
   std::size_t down_rows = 0;        // W_down columns (W_downᵀ rows): the kept neurons
   std::size_t predictor_bytes = 0;  // the gate predictor's factors
+  // How the backend read them, where it says (a backend with plan(gated_ffn_args, threads), as
+  // the CPU backend): every_row: it read every row of W_up (and W_gate) and zeroed the dropped
+  // neurons' h — a dense layer, or past its crossover, where one full read is faster than a
+  // gather of that many rows (up_rows above still counts the kept rows the policy needs);
+  // interleaved: it read them from interleaved copies (cpu::weight_layouts). Both false otherwise.
+  bool every_row = false;
+  bool interleaved = false;
 };
 
 // Buffers a neuron_sparse_ffn reuses from call to call (they grow once, then stay).
@@ -126,6 +133,15 @@ struct neuron_sparse_ffn {
   }
 
  private:
+  // s.reads.every_row / interleaved from the backend's plan of this call, when it has one.
+  void note_path(const gated_ffn_args& a, ffn_scratch& s, typename Backend::executor_type& ex) const {
+    if constexpr (requires { backend.plan(a, ex.concurrency()).every_row(); }) {
+      const auto plan = backend.plan(a, ex.concurrency());
+      s.reads.every_row = plan.every_row();
+      s.reads.interleaved = plan.up_interleaved != nullptr;
+    }
+  }
+
   // One token; `given_gate` is the engine's W_gate·x, or empty to compute it (or predict it).
   status token(std::size_t layer, const ffn_layer& w, std::span<const float> x, std::span<const float> given_gate,
                std::span<float> y, selection& kept, ffn_scratch& s, typename Backend::executor_type& ex) const {
@@ -135,14 +151,15 @@ struct neuron_sparse_ffn {
     if (layer_is_dense(setting)) {
       kept.reset(d_ff);
       kept.keep_all(d_ff, fallback_reason::dense_layer);
-      s.reads = {d_ff, d_ff, d_ff, 0};
-      if (given_gate.empty()) return run(backend, gated_ffn_args{w, x, y, subset::everything()}, s.workspace, ex);
-      s.gate.assign(given_gate.begin(), given_gate.end());
-      detail::activate(backend, w.act, std::span<float>(s.gate));
-      return run(
-          backend,
-          gated_ffn_args{w, x, y, subset::everything(), borrowed_span<const float>(std::span<const float>(s.gate))},
-          s.workspace, ex);
+      s.reads = {d_ff, d_ff, d_ff, 0, true, false};
+      gated_ffn_args args{w, x, y, subset::everything()};
+      if (!given_gate.empty()) {
+        s.gate.assign(given_gate.begin(), given_gate.end());
+        detail::activate(backend, w.act, std::span<float>(s.gate));
+        args.gate_act = borrowed_span<const float>(std::span<const float>(s.gate));
+      }
+      note_path(args, s, ex);
+      return run(backend, args, s.workspace, ex);
     }
     const Selector layer_select = layer_selector(selector, setting, layer_input{x, &s.token});
     const auto& layer_score = layer_scorer(scorer, setting);
@@ -187,7 +204,9 @@ struct neuron_sparse_ffn {
                  kept.size(), predictor_bytes};
       const borrowed_span<const float> gate_act =
           predictor != nullptr ? borrowed_span<const float>{} : borrowed_span<const float>(s.gate);
-      return run(backend, gated_ffn_args{w, x, y, subset::only(kept.indices), gate_act}, s.workspace, ex);
+      const gated_ffn_args args{w, x, y, subset::only(kept.indices), gate_act};
+      note_path(args, s, ex);
+      return run(backend, args, s.workspace, ex);
     }
     return second_stage(refine, predictor, w, x, y, kept, s, ex);
   }
