@@ -636,6 +636,30 @@ TEST_CASE("cpu::interleave_rows: lossless (each row reads back as its blocks), o
   CHECK_THROWS_WITH_AS((void)cpu::interleave_rows(ragged), doctest::Contains("a multiple of 32 values per row"), error);
 }
 
+TEST_CASE("cpu integer kernels: VNNI on every x86 target that has it, AVX2 or the portable body on the others") {
+  // Each target this program can run, forced in turn: AVX3_DL (AVX-512 VNNI) runs vpdpbusd,
+  // AVX3 and AVX2 vpmaddubsw, every other target the portable code (the bits of all of them
+  // are compared in the GEMV tests above).
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    const std::string kernels = cpu::int8_kernels();
+    INFO("target ", hwy::TargetName(target), ": ", kernels);
+    if (target == HWY_AVX3_DL) {
+      CHECK(kernels == "avx512_vnni");
+    } else if (target == HWY_AVX3 || target == HWY_AVX2) {
+      CHECK(kernels == "avx2");
+    } else {
+      CHECK(kernels == "portable");
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  // The default dispatch on a CPU with AVX-512 VNNI picks it (this unit does not compile
+  // AVX3_DL, the kernels' unit does: SupportedTargets() says what the CPU has).
+  const std::string best = cpu::int8_kernels();
+  MESSAGE("integer kernels of this CPU: ", best);
+  if ((hwy::SupportedTargets() & HWY_AVX3_DL) != 0) CHECK(best == "avx512_vnni");
+}
+
 TEST_CASE(
     "layouts written into an engine's buffer: interleave_rows_into and transpose_into give the owned copies' bytes") {
   std::mt19937 rng(62);

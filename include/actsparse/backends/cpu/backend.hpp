@@ -42,6 +42,12 @@
 
 namespace actsparse {
 
+namespace cpu {
+// The integer kernels (q8_0 / q4_0 weights on x quantized) this CPU runs: "avx512_vnni"
+// (AVX-512 VNNI, vpdpbusd), "avx2" (vpmaddubsw; also AVX-512 CPUs without VNNI) or "portable".
+[[nodiscard]] inline const char* int8_kernels() { return detail::int8_kernels(); }
+}  // namespace cpu
+
 struct cpu_backend {
   static constexpr std::string_view name = "cpu";
   using memory_space = host_memory;

@@ -57,6 +57,11 @@ void attention_values(const row_ref* rows, std::size_t count, std::size_t hd, st
 // the reference bit for bit).
 bool fused_multiply_add();
 
+// The integer kernels (q8_0 / q4_0 on x quantized) of the target chosen at run time:
+// "avx512_vnni" (AVX3_DL: vpdpbusd; Highway 1.0.3 has no later x86 target), "avx2" (AVX2 and
+// AVX3 without VNNI: vpmaddubsw) or "portable" (every other target).
+const char* int8_kernels();
+
 // x[0, n) quantized to 8-bit blocks of 32 values (the q8_0 rule with an f32 scale): d[b] =
 // max |x_i| / 127 over block b, q[i] = round(x_i / d[i / 32]) in [-127, 127], so |x_i −
 // d·q_i| <= d·(1/2 + 2^-16); q = 0 where d is 0 (or not finite: a NaN or Inf in x makes its

@@ -46,6 +46,7 @@ HWY_EXPORT(attention_scores);
 HWY_EXPORT(attention_softmax_part);
 HWY_EXPORT(attention_values);
 HWY_EXPORT(fused_multiply_add);
+HWY_EXPORT(int8_kernels);
 HWY_EXPORT(quantize_q8_0_x);
 HWY_EXPORT(gemv_rows_q8x);
 HWY_EXPORT(gemm_rows_q8x);
@@ -103,6 +104,7 @@ void attention_values(const row_ref* rows, std::size_t count, std::size_t hd, st
   ACTSPARSE_CPU_DISPATCH(attention_values)(rows, count, hd, kv_heads, w, hstride, heads, acc);
 }
 bool fused_multiply_add() { return ACTSPARSE_CPU_DISPATCH(fused_multiply_add)(); }
+const char* int8_kernels() { return ACTSPARSE_CPU_DISPATCH(int8_kernels)(); }
 void quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d) {
   ::actsparse::detail::require(n % 32 == 0, "cpu::quantize_q8_0_x", "n", n, "a multiple of 32 (whole blocks of x)");
   ACTSPARSE_CPU_DISPATCH(quantize_q8_0_x)(x, n, q, d);

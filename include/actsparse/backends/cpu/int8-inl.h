@@ -290,6 +290,9 @@ ACTSPARSE_INT8_ATTR HWY_NOINLINE void interleaved_gemv_range(const interleaved_v
   }
 }
 
+// The integer kernels this target runs: "avx512_vnni", "avx2" or "portable".
+inline const char* int8_kernels() { return int8_kernel::name; }
+
 #undef ACTSPARSE_INT8_ATTR
 
 }  // namespace actsparse::cpu::HWY_NAMESPACE

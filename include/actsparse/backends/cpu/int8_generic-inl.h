@@ -14,6 +14,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 #define ACTSPARSE_INT8_ATTR
 
 struct int8_kernel {
+  static constexpr const char* name = "portable";  // scalar int32 sums
   using acc_type = float;
   static constexpr std::size_t unit = 1;
   struct x_unit {

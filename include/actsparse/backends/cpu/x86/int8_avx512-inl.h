@@ -48,6 +48,7 @@ alignas(64) inline constexpr std::array<std::uint16_t, 32> pair_scale_words = []
 }();
 
 struct int8_kernel {
+  static constexpr const char* name = "avx512_vnni";  // vpdpbusd
   using acc_type = __m512;
   static constexpr std::size_t unit = 2;
   struct x_unit {
