@@ -159,9 +159,27 @@ struct quantized_x {
   std::vector<std::int8_t> q;
   std::vector<float> d;
 };
-quantized_x quantize(std::span<const float> x) {
+quantized_x quantize(std::span<const float> x, bool ggml_rounding = false) {
   quantized_x r{std::vector<std::int8_t>(x.size()), std::vector<float>(x.size() / 32)};
-  cpu::detail::quantize_q8_0_x(x.data(), x.size(), r.q.data(), r.d.data());
+  cpu::detail::quantize_q8_0_x(x.data(), x.size(), r.q.data(), r.d.data(), ggml_rounding);
+  return r;
+}
+
+// ggml's x86 quantize_row_q8_0, written from its definition: per block amax = max |x|,
+// d = f16(amax / 127), q = round(x · (127 / amax)) with ties to even (its _mm256_round_ps),
+// saturated to int8. Here d is returned as the f16's f32 value.
+quantized_x ggml_quantize(std::span<const float> x) {
+  quantized_x r{std::vector<std::int8_t>(x.size()), std::vector<float>(x.size() / 32)};
+  for (std::size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0.0F;
+    for (std::size_t k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(x[32 * b + k]));
+    r.d[b] = to_f32(to_f16(amax / 127.0F));
+    const float id = amax != 0.0F ? 127.0F / amax : 0.0F;
+    for (std::size_t k = 0; k < 32; ++k) {
+      const float v = std::nearbyint(x[32 * b + k] * id);  // the default mode: to nearest, ties to even
+      r.q[32 * b + k] = r.d[b] == 0.0F ? std::int8_t{0} : static_cast<std::int8_t>(std::clamp(v, -127.0F, 127.0F));
+    }
+  }
   return r;
 }
 
@@ -172,7 +190,8 @@ struct int8_row {
   double magnitude = 0.0;
   double quant_error = 0.0;
 };
-int8_row int8_terms(const weight_view& w, std::size_t i, const quantized_x& xq) {
+// per_value: the bound of |x − d_x·q_x| in units of d_x (1/2 + slack; ggml's rounding more).
+int8_row int8_terms(const weight_view& w, std::size_t i, const quantized_x& xq, double per_value = 0.5 + quant_slack) {
   long double exact = 0.0L;
   int8_row r;
   for (std::size_t b = 0; b < w.cols / 32; ++b) {
@@ -190,19 +209,21 @@ int8_row int8_terms(const weight_view& w, std::size_t i, const quantized_x& xq) 
     const double dx = xq.d[b];
     exact += static_cast<long double>(dw) * static_cast<long double>(dx) * static_cast<long double>(dot);
     r.magnitude += std::fabs(dw) * dx * static_cast<double>(dot_abs);
-    r.quant_error += std::fabs(dw) * dx * (0.5 + quant_slack) * static_cast<double>(q_abs);
+    r.quant_error += std::fabs(dw) * dx * per_value * static_cast<double>(q_abs);
   }
   r.exact = static_cast<double>(exact);
   return r;
 }
 
 // Checks the integer-path GEMV `got` (rows `kept` of W, or all) against bounds (1) and (2).
+// ggml_rounding: x quantized by ggml's rule, whose f16 d_x adds up to 127·2^-11·d_x per value.
 void check_int8_rows(const weight_view& w, const Eigen::MatrixXd& values, std::span<const float> x,
-                     std::span<const float> got, std::span<const float> want_ref) {
-  const quantized_x xq = quantize(x);
+                     std::span<const float> got, std::span<const float> want_ref, bool ggml_rounding = false) {
+  const quantized_x xq = quantize(x, ggml_rounding);
+  const double per_value = ggml_rounding ? 0.5625 + quant_slack : 0.5 + quant_slack;
   const std::size_t nb = w.cols / 32;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const int8_row t = int8_terms(w, i, xq);
+    const int8_row t = int8_terms(w, i, xq, per_value);
     const double rounding = dot_factor(nb + 20) * t.magnitude;
     INFO("row ", i, ": cpu ", got[i], " exact quantized product ", t.exact, " reference ", want_ref[i]);
     REQUIRE(std::fabs(static_cast<double>(got[i]) - t.exact) <= rounding);
@@ -294,6 +315,44 @@ TEST_CASE(
   std::vector<float> d(2);
   CHECK_THROWS_WITH_AS(cpu::detail::quantize_q8_0_x(x.data(), 48, q.data(), d.data()),
                        doctest::Contains("'n' is 48; expected a multiple of 32"), error);
+}
+
+TEST_CASE("cpu x quantized by ggml's rule: the bits of ggml's quantize_row_q8_0, and the GEMV within its bound") {
+  std::mt19937 rng(49);
+  std::vector<float> x = varied_vector(4128, rng);
+  for (std::size_t k = 0; k < 32; ++k) x[k] = 0.0F;                            // a block of zeros: d 0, q 0
+  for (std::size_t k = 32; k < 64; ++k) x[k] = 1e-40F * (k % 3);               // subnormal: f16 d is 0, q 0
+  for (std::size_t k = 64; k < 96; ++k) x[k] = static_cast<float>(k) - 80.0F;  // integers: exact ties
+  const quantized_x want = ggml_quantize(x);
+  const reference_backend ref;
+  for_each_target([&] {
+    const quantized_x got = quantize(x, true);
+    CHECK(got.q == want.q);
+    CHECK(same_bits(got.d, want.d));
+  });
+  for (const dtype t : block_dtypes) {
+    for (const std::size_t cols : {32U, 1120U, 4128U}) {
+      const test_weights w = make_weights(t, 33, cols, rng, 3);
+      const auto xs = varied_vector(cols, rng);
+      std::vector<float> ref_y(33);
+      REQUIRE(ref.run_with_scratch(gemv_args{w.view, xs, ref_y, subset::everything()}));
+      cpu::weight_layouts copies;
+      (void)copies.add_interleaved(w.view);
+      for (const cpu::weight_layouts* layouts : std::array<const cpu::weight_layouts*, 2>{nullptr, &copies}) {
+        cpu_backend cpu = backend_with(true, layouts);
+        cpu.ggml_activation_rounding = true;
+        for_each_target([&] {
+          INFO(name(t), " cols ", cols, " interleaved ", layouts != nullptr);
+          std::vector<float> y(33);
+          const gemv_args a{w.view, xs, y, subset::everything()};
+          std::vector<std::byte> workspace(cpu.workspace_size(a));
+          cpu::executor ex;
+          REQUIRE(cpu.run(a, workspace, ex));
+          check_int8_rows(w.view, w.values, xs, y, ref_y, true);
+        });
+      }
+    }
+  }
 }
 
 TEST_CASE("cpu q8_0 / q4_0 integer gemv: within the derived bounds of the exact quantized product and the reference") {

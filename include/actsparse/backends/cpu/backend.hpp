@@ -66,6 +66,14 @@ struct cpu_backend {
   // checks exactly this bound). false: blocks dequantized exactly and multiplied by f32 x
   // (within f32 rounding of the reference). The row axpy is f32 either way.
   bool int8_activations = true;
+  // The rounding of x on that integer path. false (default): d_x in f32 and q_x = round(x/d_x),
+  // as above. true: ggml's own (quantize_row_q8_0 on x86): q_x = round(x·(127/max|x|)) and d_x
+  // rounded to f16, so x quantized has the bits an engine's ggml kernels give it and their
+  // results can be compared with ours block by block (the sums of a row still run in this
+  // backend's order, not ggml's). Less accurate: per value |x_i − d_x·q_x,i| <= d_x·0.5625
+  // (d_x's f16 rounding adds up to 127·2^-11·d_x), and |x| past 8.3e6 overflows the f16 d_x to
+  // infinity as in ggml. The f32 default stays: one rounding less.
+  bool ggml_activation_rounding = false;
 
   // Row axpy (transposed linear, the FFN's down_t): a skipped run of at most this many rows
   // between two kept rows is read too, with coefficient 0, so the kernel walks longer spans.
@@ -351,7 +359,7 @@ struct cpu_backend {
     check_shapes(a, where);
     const cpu::moe_plan p = plan(a, ex.concurrency());
     if (p.tokens == 0) return status::ok();
-    cpu::moe_run(a, p, cpu_workspace(workspace, p.bytes, where), tuning.kernels)(ex);
+    cpu::moe_run(a, p, cpu_workspace(workspace, p.bytes, where), tuning.kernels, ggml_activation_rounding)(ex);
     return status::ok();
   }
 
@@ -398,8 +406,8 @@ struct cpu_backend {
   }
 
   // x[0, n) quantized into q (and the block sums the interleaved GEMV takes).
-  static void quantize(const float* x, std::size_t n, const cpu::quantized_x& q, bool sums) {
-    cpu::detail::quantize_q8_0_x(x, n, q.q, q.d);
+  void quantize(const float* x, std::size_t n, const cpu::quantized_x& q, bool sums) const {
+    cpu::detail::quantize_q8_0_x(x, n, q.q, q.d, ggml_activation_rounding);
     if (sums) cpu::block_sums(q.q, n, q.s);
   }
 

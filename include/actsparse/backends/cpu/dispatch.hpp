@@ -66,8 +66,9 @@ const char* int8_kernels();
 // max |x_i| / 127 over block b, q[i] = round(x_i / d[i / 32]) in [-127, 127], so |x_i −
 // d·q_i| <= d·(1/2 + 2^-16); q = 0 where d is 0 (or not finite: a NaN or Inf in x makes its
 // block's d so, and the products non-finite). n must be a multiple of 32 (else an error).
-// Writes q[0, n) and d[0, n / 32).
-void quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d);
+// Writes q[0, n) and d[0, n / 32). ggml_rounding: ggml's rule instead (int8-inl.h): q =
+// round(x·(127 / max|x|)), d rounded to f16, the bits ggml's quantize_row_q8_0 gives x.
+void quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d, bool ggml_rounding = false);
 
 // y[k] = W[row_k, :]·x for k in [begin, end), row_k = rows ? rows[k] : k, with x given
 // quantized (xq, xd of quantize_q8_0_x): per block the exact int32 Σ q_w·q_x, times d_w·d_x in

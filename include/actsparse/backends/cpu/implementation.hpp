@@ -105,9 +105,9 @@ void attention_values(const row_ref* rows, std::size_t count, std::size_t hd, st
 }
 bool fused_multiply_add() { return ACTSPARSE_CPU_DISPATCH(fused_multiply_add)(); }
 const char* int8_kernels() { return ACTSPARSE_CPU_DISPATCH(int8_kernels)(); }
-void quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d) {
+void quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d, bool ggml_rounding) {
   ::actsparse::detail::require(n % 32 == 0, "cpu::quantize_q8_0_x", "n", n, "a multiple of 32 (whole blocks of x)");
-  ACTSPARSE_CPU_DISPATCH(quantize_q8_0_x)(x, n, q, d);
+  ACTSPARSE_CPU_DISPATCH(quantize_q8_0_x)(x, n, q, d, ggml_rounding);
 }
 void gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
                    const std::int8_t* xq, const float* xd, float* y, const kernel_tuning& t) {

@@ -52,8 +52,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 // bit patterns, so a NaN (or an infinity) in a block makes its d NaN (infinite) and every row's
 // product non-finite, as on the f32 path; such a block, or one of zeros (d = 0), gets q = 0.
 // A block whose d is subnormal is quantized with q clamped to [−127, 127] (coarser there).
+// ggml_rounding: ggml's own rule for the activations of its q8_0 / q4_0 dot products on x86
+// (quantize_row_q8_0): q = round(x·(127 / max|x|)) (ties to even) and d = max|x| / 127 rounded
+// to f16 (kept as that f16's f32 value), so q and d have the bits ggml gives x; a block whose
+// f16 d is 0 (max|x| below 2^-25·127) or not finite gets q = 0.
 HWY_NOINLINE inline void quantize_q8_0_x(const float* HWY_RESTRICT x, std::size_t n, std::int8_t* HWY_RESTRICT q,
-                                         float* HWY_RESTRICT d) {
+                                         float* HWY_RESTRICT d, bool ggml_rounding) {
   const block_tag df;
   const hn::RebindToSigned<block_tag> di;
   const hn::Rebind<std::int8_t, block_tag> d8;
@@ -70,6 +74,20 @@ HWY_NOINLINE inline void quantize_q8_0_x(const float* HWY_RESTRICT x, std::size_
     }
     const auto amax = std::bit_cast<float>(hn::GetLane(hn::MaxOfLanes(di, m)));
     const float scale = amax / 127.0F;
+    if (ggml_rounding) {
+      const float d16 = to_f32(to_f16(scale));
+      d[b] = d16;
+      if (d16 > 0.0F && d16 <= std::numeric_limits<float>::max()) {
+        const auto id = hn::Set(df, 127.0F / amax);
+        for (std::size_t o = 0; o < values_per_block; o += lanes) {
+          const auto qi = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, xb + o), id)), low), high);
+          hn::StoreU(hn::DemoteTo(d8, qi), d8, qb + o);
+        }
+      } else {
+        for (std::size_t i = 0; i < values_per_block; ++i) qb[i] = 0;
+      }
+      continue;
+    }
     d[b] = scale;
     if (scale > 0.0F && scale <= std::numeric_limits<float>::max()) {
       const auto vs = hn::Set(df, scale);

@@ -29,11 +29,13 @@ namespace actsparse::cpu {
 
 class moe_run {
  public:
-  moe_run(const moe_ffn_args& a, const moe_plan& p, std::byte* ws, const kernel_tuning& kt) noexcept
+  moe_run(const moe_ffn_args& a, const moe_plan& p, std::byte* ws, const kernel_tuning& kt,
+          bool ggml_rounding = false) noexcept
       : a_(a),
         p_(p),
         ws_(ws),
         kt_(kt),
+        ggml_rounding_(ggml_rounding),
         shared_(!a.shared.gate.absent()),
         experts_(a.experts.count()),
         h_(reinterpret_cast<float*>(ws + p.h_at)),
@@ -47,7 +49,7 @@ class moe_run {
     if (p_.quantize_x) {
       ex.parallel_for(p_.tokens, [&](std::size_t t) {
         const quantized_x q = quantized(t);
-        detail::quantize_q8_0_x(a_.input.row(t), p_.d_model, q.q, q.d);
+        detail::quantize_q8_0_x(a_.input.row(t), p_.d_model, q.q, q.d, ggml_rounding_);
       });
     }
     ex.parallel_for(1, [&](std::size_t) { prepare(); });
@@ -262,6 +264,7 @@ class moe_run {
   const moe_plan& p_;
   std::byte* ws_;
   const kernel_tuning& kt_;
+  bool ggml_rounding_ = false;  // x quantized by ggml's rule (cpu_backend::ggml_activation_rounding)
   bool shared_;
   std::size_t experts_;
   float* h_;
