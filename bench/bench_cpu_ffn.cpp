@@ -29,8 +29,10 @@
 //   pct_of_ideal   speedup / ideal
 //   kept           a, the fraction of neurons kept
 //   path           on sparse rows: 1 when every row was read (from the crossover on, or
-//                  keep-all), 0 when the kept rows were gathered
-//   pct_of_read  on dense rows: gbps / the read bandwidth measured at the same thread count
+//                  keep-all), 0 when the kept rows were gathered (the op's ffn_reads::every_row)
+//   pct_of_read    on dense rows: gbps / read_gbps (the fastest read pattern at the same thread count)
+//   resident_ratio on dense rows: bytes one layer holds (down_t, W_down where kept, interleaved
+//                  copies) / the model's own bytes of that layer (gate, up, down)
 #include "ffn_layers.hpp"
 #include "harness.hpp"
 #include "read_bandwidth.hpp"
@@ -153,12 +155,18 @@ void BM_cpu_ffn(benchmark::State& state, shape s, double a, std::size_t threads,
   state.counters["pct_of_ideal"] = speedup / ideal;
   state.counters["kept"] = kept_fraction;
   if (Kind != set_kind::dense) {  // 1: every row read (the crossover, or keep-all), 0: kept rows gathered
-    const double from =
-        Kind == set_kind::gathered ? 1.0 : cpu.tuning.crossover.at(dtype_traits<T>::type, threads, interleaved);
-    state.counters["path"] = static_cast<double>(kept.indices.size()) >= from * static_cast<double>(s.d_ff) ? 1 : 0;
+    state.counters["path"] = scratch.reads.every_row ? 1 : 0;  // what the op reports for its last call
   }
   if (Kind == set_kind::dense) {
     state.counters["pct_of_read"] = actsparse_bench::pct_of_read(gbps, static_cast<unsigned>(threads));
+    // Bytes one layer holds (gate, up, down_t, W_down where kept, interleaved copies) / the
+    // model's own bytes of that layer (gate, up and down: 3 matrices).
+    const layer<T>& first = w.l.front();
+    const double held =
+        static_cast<double>((first.gate.size() + first.up.size() + first.down_t.size() + first.down.size()) *
+                            sizeof(T)) +
+        static_cast<double>(w.layouts.bytes()) / static_cast<double>(w.l.size());
+    state.counters["resident_ratio"] = held / (3.0 * m);
   }
 }
 
