@@ -17,6 +17,7 @@
 // gathered rows sit at lower activities, where their crossover lies. Dense is dense_ffn with the same weights,
 // interleaved in the same iterations. Several layers are cycled so that no weight byte comes from the L3.
 //
+// The cpu_token_ffn rows time the token-sparse prefill FFN (BM_cpu_token_ffn has their counters).
 // The cpu_ffn_step rows cut a sparse step into its parts (the gate GEMV, the serial
 // activation / score / top_k, the gathered up and down), and the cpu_activation rows time the
 // activation alone; their counters are described at BM_cpu_ffn_step and BM_cpu_activation.
@@ -368,12 +369,78 @@ void register_step(const shape& s, std::size_t threads, bool interleaved = false
   }
 }
 
+// The token-sparse prefill FFN (token_ffn_args): residual[t] += FFN(input[t]) for a fraction
+// `kept` of `tokens` tokens (every other one, or one in four), against every token in the same
+// iterations. Compute-bound: the weights are read once per call, the work grows with the tokens.
+//   time_ratio    this time / the all-tokens time (goal: <= kept + 0.03)
+//   speedup       the all-tokens time / this time; ideal 1 / kept; pct_of_ideal their ratio
+//   gflops        2·3·d_model·d_ff FLOPs per kept token / time
+template <class T>
+void BM_cpu_token_ffn(benchmark::State& state, shape s, std::size_t tokens, double kept, std::size_t threads) {
+  const layers<T>& w = weights<T>(s, false);
+  const ffn_layer layer = view_of(w.l.front(), s);
+  const std::vector<float> input = actsparse_bench::random_floats(tokens * s.d_model, 1.0F, 21);
+  std::vector<float> residual(tokens * s.d_model, 0.0F);
+  const auto step = static_cast<std::size_t>(std::lround(1.0 / kept));
+  std::vector<std::uint32_t> kept_tokens;
+  for (std::size_t t = 0; t < tokens; t += step) kept_tokens.push_back(static_cast<std::uint32_t>(t));
+  cpu::thread_pool pool(threads);
+  cpu::executor ex(pool);
+  const cpu_backend cpu;
+  const auto in = matrix_view<const float>::packed(input.data(), tokens, s.d_model);
+  const auto out = matrix_view<float>::packed(residual.data(), tokens, s.d_model);
+  const token_ffn_args all{layer, in, out, subset::everything()};
+  const token_ffn_args some{layer, in, out, subset::only(kept_tokens)};
+  std::vector<std::byte> workspace(std::max(cpu.workspace_size(all), cpu.workspace_size(some)));
+  bool ok = true;
+  const auto run_all = [&] { ok = cpu.run(all, workspace, ex).handled() && ok; };
+  const auto run_some = [&] { ok = cpu.run(some, workspace, ex).handled() && ok; };
+  run_all();  // warm-up: the weights and the buffers touched once
+  double all_s = 0.0;
+  double some_s = 0.0;
+  for (auto _ : state) {
+    state.SetIterationTime(actsparse_bench::time_pair(state.iterations(), run_all, run_some, all_s, some_s));
+    benchmark::DoNotOptimize(residual.data());
+  }
+  if (!ok) {
+    state.SkipWithError("the CPU backend did not handle this configuration");
+    return;
+  }
+  const double fraction = static_cast<double>(kept_tokens.size()) / static_cast<double>(tokens);
+  const double n = static_cast<double>(state.iterations());
+  state.counters["kept"] = fraction;
+  state.counters["time_ratio"] = some_s / all_s;
+  state.counters["speedup"] = all_s / some_s;
+  state.counters["ideal"] = 1.0 / fraction;
+  state.counters["pct_of_ideal"] = all_s / some_s * fraction;
+  state.counters["gflops"] = 6.0 * static_cast<double>(s.d_model * s.d_ff * kept_tokens.size()) * n / some_s / 1e9;
+}
+
+template <class T>
+void register_token_ffn(const shape& s, std::size_t threads) {
+  for (const std::size_t tokens : {512U, 2048U}) {
+    for (const double kept : {0.5, 0.25}) {
+      const std::string label = "cpu_token_ffn/" + label_of<T>(false) + "/" + s.label + "/t" + std::to_string(threads) +
+                                "/tokens:" + std::to_string(tokens) +
+                                "/kept_pct:" + std::to_string(static_cast<int>(std::lround(kept * 100)));
+      benchmark::RegisterBenchmark(label.c_str(), BM_cpu_token_ffn<T>, s, tokens, kept, threads)
+          ->UseManualTime()
+          ->MinTime(0.3)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
 void register_all() {
   for (const std::size_t threads : {1U, 2U}) {
     register_step<f16>(llama2_7b, threads);
     register_step<block_q8_0>(llama2_7b, threads);
     register_step<block_q4_0>(llama2_7b, threads);
     register_step<block_q4_0>(llama2_7b, threads, true);
+  }
+  for (const std::size_t threads : {1U, 2U}) {
+    register_token_ffn<bf16>(llama2_7b, threads);
+    register_token_ffn<block_q4_0>(llama2_7b, threads);
   }
   for (const activation act : {activation::silu, activation::gelu, activation::relu}) {
     const std::string row = "cpu_activation/" + std::string(name(act)) + "/11008";
