@@ -47,6 +47,11 @@ cpu_ffn_weights make_cpu_ffn(dtype t, std::size_t d_model, std::size_t d_ff, std
   return {std::move(gate), std::move(up), std::move(down), std::move(down_t)};
 }
 
+// The layer with both W_down and down_t.
+ffn_layer layer_of(const cpu_ffn_weights& f) {
+  return ffn_layer{activation::silu, f.gate.view, f.up.view, f.down.view, f.down_t.view};
+}
+
 gated_ffn_args args_of(const cpu_ffn_weights& f, activation act, std::span<const float> x, std::span<float> y,
                        subset neurons, std::span<const float> gate_act = {}) {
   return {ffn_layer{act, f.gate.view, f.up.view, weight_view{}, f.down_t.view}, x, y, neurons, gate_act};
@@ -337,7 +342,7 @@ TEST_CASE("cpu gated FFN: read_all_from picks the path (a dropped row is read on
 TEST_CASE("neuron_sparse_ffn runs on the CPU backend and agrees with the reference backend") {
   std::mt19937 rng(46);
   const cpu_ffn_weights f = make_cpu_ffn(dtype::bf16, 96, 256, rng);
-  const ffn_layer w{activation::silu, f.gate.view, f.up.view, f.down.view, f.down_t.view};
+  const ffn_layer w = layer_of(f);
   const std::vector<float> x = random_vector(96, rng);
   const neuron_sparse_ffn op{magnitude{}, top_k::by_count(64), score_source::gate_activation, cpu_backend{}};
   const neuron_sparse_ffn ref_op{magnitude{}, top_k::by_count(64), score_source::gate_activation, reference_backend{}};
@@ -369,7 +374,7 @@ TEST_CASE("neuron_sparse_ffn with a gate the engine computed: the bits of the op
   for (const dtype t : {dtype::f32, dtype::bf16, dtype::q4_0}) {
     INFO(name(t));
     const cpu_ffn_weights f = make_cpu_ffn(t, 96, 256, rng);
-    const ffn_layer w{activation::silu, f.gate.view, f.up.view, f.down.view, f.down_t.view};
+    const ffn_layer w = layer_of(f);
     const std::vector<float> x = random_vector(96, rng);
     // The engine's gate: the backend's own GEMV (as a fused gate + up GEMM with the same sums gives).
     std::vector<float> gate(256);
@@ -425,7 +430,7 @@ TEST_CASE("neuron_sparse_ffn with a gate the engine computed: the bits of the op
 TEST_CASE("neuron_sparse_ffn reports the CPU backend's path: every row past the crossover, interleaved copies") {
   std::mt19937 rng(48);
   const cpu_ffn_weights f = make_cpu_ffn(dtype::q4_0, 96, 256, rng);
-  const ffn_layer w{activation::silu, f.gate.view, f.up.view, f.down.view, f.down_t.view};
+  const ffn_layer w = layer_of(f);
   const std::vector<float> x = random_vector(96, rng);
   cpu::weight_layouts copies;
   (void)copies.add_interleaved(f.gate.view);
@@ -714,10 +719,7 @@ TEST_CASE("cpu gated FFN with interleaved q8_0 / q4_0 weights: the interleaved G
       while (kept.size() < d_ff * 22 / 100 || kept.size() >= d_ff * 33 / 100) kept = random_subset(d_ff, 0.27, rng);
       std::vector<std::uint32_t> most = random_subset(d_ff, 0.85, rng);
       while (most.size() < d_ff * 75 / 100) most = random_subset(d_ff, 0.85, rng);
-      const auto with = [&](subset neurons) {
-        return gated_ffn_args{ffn_layer{activation::silu, f.gate.view, f.up.view, f.down.view, f.down_t.view}, x, y,
-                              neurons};
-      };
+      const auto with = [&](subset neurons) { return gated_ffn_args{layer_of(f), x, y, neurons}; };
       for_each_target([&] {
         INFO(name(t), " d_model ", d_model, " d_ff ", d_ff);
         cpu_backend cpu;

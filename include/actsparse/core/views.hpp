@@ -115,6 +115,22 @@ void validate(const matrix_view<T>& m, std::string_view where, std::string_view 
   validate(weight_view(matrix_view<const std::remove_const_t<T>>(m)), where, argument);
 }
 
+namespace detail {
+// A caller's buffer `out` that a load-time layout is written into: at least `need` bytes (as
+// `size_call` computes them) at an address aligned to `align`; a clear error otherwise.
+inline void check_output_buffer(std::string_view where, std::span<const std::byte> out, std::size_t need,
+                                std::size_t align, std::string_view size_call) {
+  if (out.size() < need) {
+    fail_described(where, "out", "a buffer of " + std::to_string(out.size()) + " bytes",
+                   "at least " + std::to_string(need) + " bytes (" + std::string(size_call) + ")");
+  }
+  if (reinterpret_cast<std::uintptr_t>(out.data()) % align != 0) {
+    fail_described(where, "out", "a buffer at an address that is not a multiple of " + std::to_string(align),
+                   "an address aligned to " + std::to_string(align) + " bytes");
+  }
+}
+}  // namespace detail
+
 // ggml's type ids (enum ggml_type in ggml.h; stable: ggml never renumbers them) of the dtypes
 // this library reads. A ggml tensor's `type` converts to int, so dtype_of_ggml(t->type).
 namespace ggml_type_id {
@@ -137,9 +153,7 @@ namespace detail {
   return type >= 0 && static_cast<std::size_t>(type) < names.size() ? names[static_cast<std::size_t>(type)]
                                                                     : std::string_view();
 }
-}  // namespace detail
 
-namespace detail {
 // Each dtype with its ggml type id, in the order the error message lists them.
 inline constexpr std::array<std::pair<dtype, int>, 5> ggml_type_ids{{{dtype::f32, ggml_type_id::f32},
                                                                      {dtype::f16, ggml_type_id::f16},

@@ -74,25 +74,14 @@ HWY_NOINLINE inline void quantize_q8_0_x(const float* HWY_RESTRICT x, std::size_
     }
     const auto amax = std::bit_cast<float>(hn::GetLane(hn::MaxOfLanes(di, m)));
     const float scale = amax / 127.0F;
-    if (ggml_rounding) {
-      const float d16 = to_f32(to_f16(scale));
-      d[b] = d16;
-      if (d16 > 0.0F && d16 <= std::numeric_limits<float>::max()) {
-        const auto id = hn::Set(df, 127.0F / amax);
-        for (std::size_t o = 0; o < values_per_block; o += lanes) {
-          const auto qi = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(df, xb + o), id)), low), high);
-          hn::StoreU(hn::DemoteTo(d8, qi), d8, qb + o);
-        }
-      } else {
-        for (std::size_t i = 0; i < values_per_block; ++i) qb[i] = 0;
-      }
-      continue;
-    }
-    d[b] = scale;
-    if (scale > 0.0F && scale <= std::numeric_limits<float>::max()) {
+    const float kept = ggml_rounding ? to_f32(to_f16(scale)) : scale;  // the d stored (ggml: its f16)
+    d[b] = kept;
+    if (kept > 0.0F && kept <= std::numeric_limits<float>::max()) {
       const auto vs = hn::Set(df, scale);
+      const auto id = hn::Set(df, ggml_rounding ? 127.0F / amax : 0.0F);  // ggml: x·(127 / max|x|), not x / d
       for (std::size_t o = 0; o < values_per_block; o += lanes) {
-        const auto qi = hn::Min(hn::Max(hn::NearestInt(hn::Div(hn::LoadU(df, xb + o), vs)), low), high);
+        const auto v = hn::LoadU(df, xb + o);
+        const auto qi = hn::Min(hn::Max(hn::NearestInt(ggml_rounding ? hn::Mul(v, id) : hn::Div(v, vs)), low), high);
         hn::StoreU(hn::DemoteTo(d8, qi), d8, qb + o);
       }
     } else {

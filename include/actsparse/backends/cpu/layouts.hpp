@@ -82,15 +82,7 @@ struct interleaved_place {
   ::actsparse::detail::require(w.rows > 0 && w.cols > 0, where, "w.rows * w.cols", w.rows * w.cols,
                                "a non-empty matrix (at least one row of one block)");
   const std::size_t need = interleaved_bytes(w.type, w.rows, w.cols);
-  if (out.size() < need) {
-    ::actsparse::detail::fail_described(
-        where, "out", "a buffer of " + std::to_string(out.size()) + " bytes",
-        "at least " + std::to_string(need) + " bytes (interleaved_bytes(w.type, w.rows, w.cols))");
-  }
-  if (reinterpret_cast<std::uintptr_t>(out.data()) % alignof(f16) != 0) {
-    ::actsparse::detail::fail_described(where, "out", "a buffer at an odd address",
-                                        "an address aligned to 2 bytes (the f16 scales)");
-  }
+  ::actsparse::detail::check_output_buffer(where, out, need, alignof(f16), "interleaved_bytes(w.type, w.rows, w.cols)");
   const std::size_t blocks = w.cols / qk4_0;
   const std::size_t block = block_bytes(w.type);
   const std::size_t group_block = interleave_group_rows * block;

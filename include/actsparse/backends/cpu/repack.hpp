@@ -71,17 +71,8 @@ inline void check_transposable(const weight_view& w, std::string_view where) {
 [[nodiscard]] inline weight_view transpose_into(const weight_view& w, std::span<std::byte> out) {
   constexpr std::string_view where = "cpu::transpose_into";
   detail::check_transposable(w, where);
-  const std::size_t need = w.cols * row_bytes(w.type, w.rows);
-  if (out.size() < need) {
-    ::actsparse::detail::fail_described(where, "out", "a buffer of " + std::to_string(out.size()) + " bytes",
-                                        "at least " + std::to_string(need) + " bytes (transposed_bytes(w))");
-  }
-  const std::size_t align = alignment(w.type);
-  if (reinterpret_cast<std::uintptr_t>(out.data()) % align != 0) {
-    ::actsparse::detail::fail_described(where, "out",
-                                        "a buffer at an address that is not a multiple of " + std::to_string(align),
-                                        "an address aligned to " + std::to_string(align) + " bytes");
-  }
+  ::actsparse::detail::check_output_buffer(where, out, w.cols * row_bytes(w.type, w.rows), alignment(w.type),
+                                           "transposed_bytes(w)");
   const weight_view t(out.data(), w.type, w.cols, w.rows, row_bytes(w.type, w.rows));
   if (w.type == dtype::q8_0) {
     transpose_requantized<block_q8_0>(w, out.data());
