@@ -51,7 +51,7 @@ def series_of(rows):
     """{label: [(kept, kl), ...]} for every sparse family, sorted by kept fraction."""
     out = {}
     for r in rows:
-        if r.get("family") in (None, "dense", "token_sparse", "calibrated", "moe", "kv"):
+        if r.get("family") in (None, "dense", "token_sparse", "calibrated", "moe", "kv", "quantized"):
             continue
         if r.get("kl") is None or r.get("kept_fraction") is None:
             continue
@@ -98,7 +98,7 @@ def bytes_series(rows):
     """{(label, calibrated): [(bytes, kl), ...]}: uniform families by scorer, calibrated ones by method."""
     out = {}
     for r in rows:
-        if r.get("family") in (None, "dense", "token_sparse", "moe", "kv") or r.get("kl") is None:
+        if r.get("family") in (None, "dense", "token_sparse", "moe", "kv", "quantized") or r.get("kl") is None:
             continue
         cal = r["family"] == "calibrated"
         label = ("calibrated " + r["scorer"]) if cal else "%s (%s)" % (r["scorer"], r["family"])

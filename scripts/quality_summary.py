@@ -22,7 +22,10 @@ Prints, from the demo's rows:
      row the experts per token, bytes, KL, top-1 and perplexity, the best uniform neuron-sparse
      row that reads no more bytes, and the router's quality (true contribution mass it captures
      against the true top k);
-  6. the full table.
+  6. the quantized rows (the FFN weights in q8_0 / q4_0): per row KL and top-1 against the f32
+     dense model and against the dense model of the same dtype, next to the f32 row of the same
+     policy;
+  7. the full table.
 """
 import json
 import math
@@ -164,6 +167,24 @@ def kv_section(demo, rows):
     return out
 
 
+def quantized_section(rows):
+    quant = [r for r in rows if r["family"] == "quantized"]
+    if not quant:
+        return []
+    f32 = {r["policy"]: r for r in rows if r["family"] != "quantized"}
+    out = ["", "Quantized FFN weights (W_gate, W_up, W_down^T by ggml's reference quantizers; attention and classifier "
+               "f32): KL and top-1 against the f32 dense model, and against the dense model of the same dtype "
+               "(bytes: of that model's FFN bytes); the last column is the same policy on the f32 model:", "",
+           "| policy | kept | bytes | KL vs f32 dense | top-1 vs f32 dense | KL vs quantized dense | "
+           "top-1 vs quantized dense | ppl | KL of the f32 row |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in quant:
+        base = f32.get(r.get("base_policy"))
+        out.append("| %s | %.3f | %.3f | %.5f | %.3f | %.5f | %.3f | %.3f | %s |" % (
+            r["policy"], r["kept_fraction"], r["bytes_fraction"], r["kl"], r["top1"], r["kl_vs_quant_dense"],
+            r["top1_vs_quant_dense"], r["ppl"], "%.5f" % base["kl"] if base else "-"))
+    return out
+
+
 def main(argv):
     path = argv[1] if len(argv) > 1 else os.path.join(REPO, "demo-results", "latest.json")
     try:
@@ -177,14 +198,14 @@ def main(argv):
                                                         demo.get("length")), ""]
     families = {}
     for r in rows:
-        if r["family"] in ("dense", "token_sparse", "calibrated", "moe", "kv"):
+        if r["family"] in ("dense", "token_sparse", "calibrated", "moe", "kv", "quantized"):
             continue
         families.setdefault("%s (%s)" % (r["scorer"], r["family"]), []).append((r["kept_fraction"], r["kl"]))
     out += ["| scorer (selector) | kept where KL > 0.01 | kept where KL > 0.05 | bytes read at KL 0.05 |",
             "|---|---|---|---|"]
     by_bytes = {}
     for r in rows:
-        if r["family"] in ("moe", "kv"):
+        if r["family"] in ("moe", "kv", "quantized"):
             continue
         by_bytes.setdefault("%s (%s)" % (r["scorer"], r["family"]), []).append((r["bytes_fraction"], r["kl"]))
     for name, pts in sorted(families.items()):
@@ -208,6 +229,7 @@ def main(argv):
     out += calibrated_sections(demo, rows)
     out += moe_section(demo, rows)
     out += kv_section(demo, rows)
+    out += quantized_section(rows)
     out += ["", "Every row (a KV row runs the FFN dense: kept and bytes 1):", "",
             "| policy | kept | bytes | KL | top-1 | ppl |", "|---|---|---|---|---|---|"]
     for r in rows:

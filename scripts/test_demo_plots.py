@@ -96,6 +96,19 @@ def main(path):
     assert abs(kv["kv int4"]["memory_fraction"] - 18 / 128) < 1e-4, kv["kv int4"]
     assert kv["kv f16"]["kl"] < kv["kv int8"]["kl"] < kv["kv int4"]["kl"], kv
     assert any("drop" in p for p in kv), "missing a row with a drop tier"
+    # Quantized rows (the FFN weights in q8_0 / q4_0): each dtype's dense row is its own second
+    # reference (KL 0 against itself, > 0 against f32), q4_0 loses more than q8_0, and each
+    # policy's row has both KLs.
+    quant = {r["policy"]: r for r in rows if r.get("family") == "quantized"}
+    for t in ["q8_0", "q4_0"]:
+        d = quant.get(t + " dense")
+        assert d and d["ffn_dtype"] == t and d["base_policy"] == "dense", d
+        assert d["kl_vs_quant_dense"] == 0 and d["top1_vs_quant_dense"] == 1 and d["kl"] > 0, d
+        for base in ["magnitude top_k 50%", "CATS 50% sparse", "calibrated budgets+refine @ 0.833"]:
+            r = quant.get(t + " + " + base)
+            assert r and r["base_policy"] == base and r["kl_vs_quant_dense"] > 0, (t, base, r)
+            assert 0.0 <= r["top1_vs_quant_dense"] <= 1.0, r
+    assert quant["q8_0 dense"]["kl"] < quant["q4_0 dense"]["kl"], quant
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_plots.py")
     with tempfile.TemporaryDirectory() as out:
         # Without benchmark rows: the KL plot only, as PNG and SVG, one group per scorer family.
@@ -121,6 +134,7 @@ def main(path):
     assert "Calibrated against uniform at equal bytes" in summary and "Tier predictor" in summary, summary
     assert "MoE (MoEfication)" in summary and "Router quality" in summary, summary
     assert "KV cache in tiered stores" in summary, summary
+    assert "Quantized FFN weights" in summary and "| q4_0 dense |" in summary, summary
     print("demo JSON, plots and quality summary: ok (%d rows)" % len(rows))
     return 0
 

@@ -21,13 +21,22 @@
 // f16, INT8, INT4; dropped rows skipped), exactly what a decode step at that position would
 // see. An importance store also receives each position's attention probability, summed over
 // heads (heavy hitters).
+//
+// A model built with an FFN dtype of q8_0 or q4_0 runs its FFNs on quantized weights: W_gate and
+// W_up quantized row by row, and W_downᵀ (the f32 W_down transposed, then quantized once: no
+// second rounding) by core's quantize_row (ggml's reference quantizers, the same bytes as
+// ggml's). W_down itself is absent from its ffn_layer (its rows of d_ff = 172 values are not
+// whole blocks of 32): the CPU backend runs the down projection over W_downᵀ, dense and sparse.
+// Attention, the embedding and the classifier stay f32.
 
 #include "checkpoint.hpp"
 
 #include <actsparse/backends/cpu/backend.hpp>
 #include <actsparse/backends/cpu/repack.hpp>
+#include <actsparse/core/dtype.hpp>
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/op_args.hpp>
+#include <actsparse/core/quantize.hpp>
 #include <actsparse/managers/tiered_store.hpp>
 #include <actsparse/ops/neuron_sparse_ffn.hpp>
 #include <actsparse/ops/run.hpp>
@@ -89,6 +98,10 @@ class policy {
     linear(layer, projection::gate, w.gate, x, gate_);
     linear(layer, projection::up, w.up, x, up_);
     for (std::size_t j = 0; j < d_ff; ++j) gate_[j] = actsparse::apply(w.act, gate_[j]) * up_[j];
+    if (w.down.absent()) {
+      actsparse::detail::fail("llama2c::policy::ffn", "W_down", "absent (a quantized model holds W_down^T only)",
+                              "a policy whose ffn() runs an FFN op (the default runs W_down through linear())");
+    }
     linear(layer, projection::down, w.down, gate_, y);
   }
 
@@ -139,7 +152,10 @@ inline void rmsnorm(std::span<const float> x, std::span<const float> weight, std
 
 class model {
  public:
-  explicit model(const checkpoint& c) : ckpt_(&c), cfg_(c.cfg()) {
+  // ffn_type: the FFN weights' dtype, f32 (the checkpoint's own) or q8_0 / q4_0 (quantized at
+  // load, see the top of this file; dim must then be a multiple of 32).
+  explicit model(const checkpoint& c, actsparse::dtype ffn_type = actsparse::dtype::f32)
+      : ckpt_(&c), cfg_(c.cfg()), ffn_type_(ffn_type) {
     dim_ = static_cast<std::size_t>(cfg_.dim);
     hidden_ = static_cast<std::size_t>(cfg_.hidden_dim);
     layers_ = static_cast<std::size_t>(cfg_.n_layers);
@@ -152,14 +168,49 @@ class model {
     if (head_size_ % 2 != 0) {
       actsparse::detail::fail("llama2c::model", "head size", head_size_, "an even head size (RoPE rotates pairs)");
     }
+    if (ffn_type != actsparse::dtype::f32 && ffn_type != actsparse::dtype::q8_0 && ffn_type != actsparse::dtype::q4_0) {
+      actsparse::detail::fail("llama2c::model", "FFN dtype", actsparse::name(ffn_type), "f32, q8_0 or q4_0");
+    }
+    if (ffn_type != actsparse::dtype::f32 && dim_ % 32 != 0) {
+      actsparse::detail::fail("llama2c::model", "dim", dim_,
+                              "a multiple of 32 for " + std::string(actsparse::name(ffn_type)) +
+                                  " FFN weights (rows of W_gate, W_up and W_down^T in whole blocks)");
+    }
     for (std::size_t l = 0; l < layers_; ++l) down_t_.push_back(actsparse::cpu::transpose(c.w2(l)));
     for (std::size_t l = 0; l < layers_; ++l) {
       // llama2.c: h = silu(w1·x) ⊙ (w3·x), y = w2·h: gate = w1, up = w3, down = w2.
-      ffn_.push_back(actsparse::ffn_layer{actsparse::activation::silu, c.w1(l), c.w3(l), c.w2(l), down_t_[l].view});
+      if (ffn_type == actsparse::dtype::f32) {
+        ffn_.push_back(actsparse::ffn_layer{actsparse::activation::silu, c.w1(l), c.w3(l), c.w2(l), down_t_[l].view});
+        continue;
+      }
+      for (const actsparse::matrix_view<const float> w : {c.w1(l), c.w3(l), down_t_[l].view.as<float>()}) {
+        quantized_.push_back(quantized(w, ffn_type));
+      }
+      const std::size_t q = quantized_.size() - 3;
+      ffn_.push_back(actsparse::ffn_layer{actsparse::activation::silu, quantized_[q].view, quantized_[q + 1].view,
+                                          actsparse::weight_view{}, quantized_[q + 2].view});
     }
   }
 
-  model(const model&) = delete;  // ffn_ points into down_t_
+  // w [rows × cols] f32 quantized row by row (core's quantize_row: ggml's reference quantizers).
+  [[nodiscard]] static actsparse::cpu::owned_weights quantized(actsparse::matrix_view<const float> w,
+                                                               actsparse::dtype type) {
+    const std::size_t row = actsparse::row_bytes(type, w.cols);
+    actsparse::cpu::owned_weights q;
+    q.bytes.resize(w.rows * row);
+    for (std::size_t r = 0; r < w.rows; ++r) {
+      std::byte* const out = q.bytes.data() + r * row;
+      if (type == actsparse::dtype::q8_0) {
+        actsparse::quantize_row(w.row(r), reinterpret_cast<actsparse::block_q8_0*>(out), w.cols);
+      } else {
+        actsparse::quantize_row(w.row(r), reinterpret_cast<actsparse::block_q4_0*>(out), w.cols);
+      }
+    }
+    q.view = actsparse::weight_view(q.bytes.data(), type, w.rows, w.cols, row);
+    return q;
+  }
+
+  model(const model&) = delete;  // ffn_ points into down_t_ and quantized_
   model& operator=(const model&) = delete;
 
   [[nodiscard]] const config& cfg() const noexcept { return cfg_; }
@@ -168,6 +219,8 @@ class model {
   [[nodiscard]] std::size_t layers() const noexcept { return layers_; }
   [[nodiscard]] std::size_t seq_len() const noexcept { return seq_len_; }
   [[nodiscard]] const actsparse::ffn_layer& ffn(std::size_t l) const { return ffn_.at(l); }
+  // The FFN weights' dtype (f32, q8_0 or q4_0).
+  [[nodiscard]] actsparse::dtype ffn_type() const noexcept { return ffn_type_; }
   [[nodiscard]] const checkpoint& weights() const noexcept { return *ckpt_; }
 
   // Keys and values of every layer for positions [0, length).
@@ -450,7 +503,9 @@ class model {
   config cfg_;
   std::size_t dim_ = 0, hidden_ = 0, layers_ = 0, heads_ = 0, kv_heads_ = 0, head_size_ = 0, kv_dim_ = 0, vocab_ = 0,
               seq_len_ = 0;
-  std::vector<actsparse::cpu::owned_weights> down_t_;
+  actsparse::dtype ffn_type_;
+  std::vector<actsparse::cpu::owned_weights> down_t_;     // f32 W_downᵀ of every layer
+  std::vector<actsparse::cpu::owned_weights> quantized_;  // q8_0 / q4_0: W_gate, W_up, W_downᵀ of every layer
   std::vector<actsparse::ffn_layer> ffn_;
 };
 

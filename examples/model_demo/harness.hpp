@@ -7,6 +7,8 @@
 
 #include "llama2c/model.hpp"
 
+#include <actsparse/core/dtype.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,6 +39,8 @@ struct options {
   std::size_t calibration_sequences = 8;
   std::size_t decode_tokens = 128;
   std::string only;  // --policy: run only the policies whose name contains this (dense always runs)
+  // --quantized: the FFN dtypes of the quantized rows (quantized.hpp)
+  std::vector<actsparse::dtype> quantized{actsparse::dtype::q8_0, actsparse::dtype::q4_0};
   std::size_t workers = std::max(1U, std::thread::hardware_concurrency());
 };
 
@@ -147,46 +151,66 @@ inline std::vector<std::vector<double>> reference_logprobs(const model& m, const
   return out;
 }
 
-// Quality of a policy over the evaluation set; `policies` holds one instance per worker.
+// A reference's log-probabilities: per sequence, [positions × vocab].
+using logprobs = std::vector<std::vector<double>>;
+
+// Quality of a policy over the evaluation set against each of `refs` (one forward pass: KL and
+// top-1 per reference; perplexity and memory are the policy's own, the same in every entry);
+// `policies` holds one instance per worker.
 template <class Policy>
-quality evaluate(const model& m, const std::vector<std::vector<int>>& seqs,
-                 const std::vector<std::vector<double>>& dense_lp, std::vector<std::unique_ptr<Policy>>& policies,
-                 const cache_maker& make_cache = plain_cache) {
+std::vector<quality> evaluate_against(const model& m, const std::vector<std::vector<int>>& seqs,
+                                      const std::vector<const logprobs*>& refs,
+                                      std::vector<std::unique_ptr<Policy>>& policies,
+                                      const cache_maker& make_cache = plain_cache) {
   const std::size_t v = m.vocab();
   struct sums {
     double kl = 0.0, agree = 0.0, nll = 0.0, positions = 0.0, memory = 0.0;
   };
-  std::vector<sums> per(seqs.size());
+  std::vector<std::vector<sums>> per(refs.size(), std::vector<sums>(seqs.size()));  // [reference][sequence]
   for_each_sequence(seqs.size(), policies.size(), [&](std::size_t w, std::size_t q) {
     const auto& s = seqs[q];
     auto cache = make_cache(m);
     std::vector<float> logits(s.size() * v);
     m.prefill(s, cache, logits, *policies[w]);
-    per[q].memory = static_cast<double>(cache.bytes_held()) / static_cast<double>(m.f32_cache_bytes(s.size()));
+    const double memory = static_cast<double>(cache.bytes_held()) / static_cast<double>(m.f32_cache_bytes(s.size()));
     const std::vector<double> lp = log_softmax(logits, v);
-    const std::vector<double>& ref = dense_lp[q];
-    sums& r = per[q];
-    for (std::size_t t = 0; t + 1 < s.size(); ++t) {  // predictions of tokens 1 .. n-1
-      const double* a = ref.data() + t * v;
-      const double* b = lp.data() + t * v;
-      double k = 0.0;
-      for (std::size_t i = 0; i < v; ++i) k += std::exp(a[i]) * (a[i] - b[i]);
-      r.kl += k;
-      r.agree += (std::max_element(a, a + v) - a) == (std::max_element(b, b + v) - b) ? 1.0 : 0.0;
-      r.nll -= b[static_cast<std::size_t>(s[t + 1])];
-      r.positions += 1.0;
+    for (std::size_t k = 0; k < refs.size(); ++k) {
+      const std::vector<double>& ref = (*refs[k])[q];
+      sums& r = per[k][q];
+      r.memory = memory;
+      for (std::size_t t = 0; t + 1 < s.size(); ++t) {  // predictions of tokens 1 .. n-1
+        const double* a = ref.data() + t * v;
+        const double* b = lp.data() + t * v;
+        double kl = 0.0;
+        for (std::size_t i = 0; i < v; ++i) kl += std::exp(a[i]) * (a[i] - b[i]);
+        r.kl += kl;
+        r.agree += (std::max_element(a, a + v) - a) == (std::max_element(b, b + v) - b) ? 1.0 : 0.0;
+        r.nll -= b[static_cast<std::size_t>(s[t + 1])];
+        r.positions += 1.0;
+      }
     }
   });
-  sums all;  // added in sequence order: the same bits for any worker count
-  for (const sums& r : per) {
-    all.kl += r.kl;
-    all.agree += r.agree;
-    all.nll += r.nll;
-    all.positions += r.positions;
-    all.memory += r.memory;
+  std::vector<quality> out;
+  for (const std::vector<sums>& of_ref : per) {
+    sums all;  // added in sequence order: the same bits for any worker count
+    for (const sums& r : of_ref) {
+      all.kl += r.kl;
+      all.agree += r.agree;
+      all.nll += r.nll;
+      all.positions += r.positions;
+      all.memory += r.memory;
+    }
+    out.push_back({all.kl / all.positions, all.agree / all.positions, std::exp(all.nll / all.positions),
+                   all.memory / static_cast<double>(seqs.size())});
   }
-  return {all.kl / all.positions, all.agree / all.positions, std::exp(all.nll / all.positions),
-          all.memory / static_cast<double>(seqs.size())};
+  return out;
+}
+
+// Quality of a policy over the evaluation set against the dense reference.
+template <class Policy>
+quality evaluate(const model& m, const std::vector<std::vector<int>>& seqs, const logprobs& dense_lp,
+                 std::vector<std::unique_ptr<Policy>>& policies, const cache_maker& make_cache = plain_cache) {
+  return evaluate_against(m, seqs, {&dense_lp}, policies, make_cache).front();
 }
 
 // The mean of f over the worker policies, weighted by the sequences each one ran.
@@ -239,6 +263,12 @@ struct row {
   std::vector<double> kept_per_layer;       // token-sparse rows only
   std::optional<double> experts_per_token;  // MoE rows only: mean over tokens and layers
   std::optional<double> memory_fraction;    // KV rows only: q.memory
+  // Quantized rows only (family "quantized"): the FFN dtype, the f32 table's policy the row runs
+  // ("dense" for the quantized dense model), and its quality against the quantized dense model
+  // (q holds it against the f32 dense model, as every row).
+  std::string ffn_dtype;
+  std::string base_policy;
+  std::optional<quality> vs_quant_dense;
 };
 
 }  // namespace model_demo

@@ -6,7 +6,7 @@
 // tokens/s. Thresholds (CATS, TEAL) are calibrated on a separate calibration sample.
 //
 //   model_demo [--checkpoint PATH] [--tokenizer PATH] [--sequences N] [--length N] [--kv-length N]
-//              [--json PATH] [--threads N] [--policy TEXT] [--quick]
+//              [--json PATH] [--threads N] [--policy TEXT] [--quantized q8_0,q4_0|none] [--quick]
 //   model_demo --synthetic 7b|3b|tiny [--dtype f32|f16|bf16|q8_0|q4_0] [--layers N] [--tokens N]
 //              [--context N] [--threads N] [--interleave] [--json PATH]
 //
@@ -23,9 +23,14 @@
 // The KV rows (names with "kv") keep the KV cache in tiered stores (kv.hpp) over the evaluation
 // sequences continued to --kv-length tokens (default 512), the FFN dense.
 //
+// The quantized rows (names "q8_0 ..." / "q4_0 ...", quantized.hpp) run the model with its FFN
+// weights quantized to each dtype of --quantized (default both; none: no quantized rows), KL and
+// top-1 against the f32 dense model and against the quantized dense model.
+//
 // The files: harness.hpp (sampling, the dense reference, KL / top-1 / perplexity),
 // policies.hpp (the policies, their calibration, the policy table), kv.hpp (the KV rows), moe.hpp (the dense model
-// split into 8 experts per layer with a fitted router: the MoE rows), synthetic.hpp (the random-weight decode),
+// split into 8 experts per layer with a fitted router: the MoE rows), quantized.hpp (the quantized rows),
+// synthetic.hpp (the random-weight decode),
 // output.hpp (tables and JSON), this file (the command line). Libraries (Debian packages; examples only, the library
 // itself needs neither):
 //   CLI11 (libcli11-dev): the command line: typed options with ranges, choices, defaults in
@@ -46,6 +51,7 @@
 #include "moe.hpp"
 #include "output.hpp"
 #include "policies.hpp"
+#include "quantized.hpp"
 #include "synthetic.hpp"
 
 #include <CLI/CLI.hpp>
@@ -94,15 +100,19 @@ inline std::vector<std::string> calibrated_names(const calibration_run::options&
   return out;
 }
 
+// One row: the policy over the evaluation set against refs.front() (the f32 dense model), and
+// against refs[1] (a quantized row's quantized dense model) when given.
 row evaluate_row(const model& m, const options& o, const std::vector<std::vector<int>>& eval,
-                 const std::vector<std::vector<double>>& dense_lp, const policy_config& c) {
+                 const std::vector<const logprobs*>& refs, const policy_config& c) {
   std::vector<std::unique_ptr<demo_policy>> p;
   for (std::size_t w = 0; w < std::min(o.workers, o.sequences); ++w) p.push_back(c.make());
   row r;
   r.policy = c.name;
   r.family = c.family;
   r.scorer = c.scorer;
-  r.q = evaluate(m, eval, dense_lp, p);
+  const std::vector<quality> q = evaluate_against(m, eval, refs, p);
+  r.q = q.front();
+  if (q.size() > 1) r.vs_quant_dense = q[1];
   r.kept = over_workers(o.sequences, p, [](const demo_policy& d) { return d.kept_fraction(); });
   r.bytes = over_workers(o.sequences, p, [](const demo_policy& d) { return d.bytes_fraction(); });
   if (p.front()->experts_per_token()) {
@@ -131,9 +141,9 @@ int run_evaluation(const options& o) {
   const layer_scorers scorers = layer_scorers::of(m);
   calibration cal;  // filled below, read when a CATS or TEAL policy is made
   moefied moe;      // fitted below when an MoE row runs, read when its policy is made
-  std::vector<policy_config> table = policy_table(m.layers(), scorers, cal);
-  for (policy_config& c : moe_table(m.layers(), moe)) table.push_back(std::move(c));
-  table = matching(std::move(table), o.only);
+  std::vector<policy_config> every = policy_table(m.layers(), scorers, cal);  // the quantized rows' bases too
+  for (policy_config& c : moe_table(m.layers(), moe)) every.push_back(std::move(c));
+  std::vector<policy_config> table = matching(every, o.only);
   const bool with_moe =
       std::any_of(table.begin(), table.end(), [](const policy_config& c) { return c.family == "moe"; });
   // The calibrated rows are named after the calibration has run; calibrate when one may match.
@@ -141,6 +151,11 @@ int run_evaluation(const options& o) {
   bool with_calibrated = o.only.empty();
   for (const auto& name : calibrated_names(calibration_options))
     with_calibrated |= name.find(o.only) != std::string::npos;
+  std::vector<dtype> quantized;  // the dtypes with a quantized row to run
+  for (const dtype t : o.quantized) {
+    if (!quantized_bases(t, o.only).empty()) quantized.push_back(t);
+  }
+  with_calibrated |= !quantized.empty() && quantized_needs_calibration(o.only);
 
   progress bar;
   bar.total = 3 + table.size() + (with_calibrated ? 1 : 0) + (with_moe ? 1 : 0);
@@ -160,7 +175,7 @@ int run_evaluation(const options& o) {
 
   std::vector<row> rows;
   for (const policy_config& c : table) {
-    rows.push_back(evaluate_row(m, o, eval, dense_lp, c));
+    rows.push_back(evaluate_row(m, o, eval, {&dense_lp}, c));
     bar.step(c.name);
   }
   calibration_run::result calibrated;
@@ -168,13 +183,34 @@ int run_evaluation(const options& o) {
     const calibration_run::sample cs = calibration_run::sample::of(m, std::move(calib), o.workers);
     calibrated = calibration_run::run(m, cs, calibration_options);
     bar.step("calibrated budgets, tiers, predictors");
-    std::vector<policy_config> more = matching(calibrated_table(calibrated), o.only);
+    const std::vector<policy_config> all_calibrated = calibrated_table(calibrated);
+    std::vector<policy_config> more = matching(all_calibrated, o.only);
     bar.total += more.size();
     for (const policy_config& c : more) {
-      rows.push_back(evaluate_row(m, o, eval, dense_lp, c));
+      rows.push_back(evaluate_row(m, o, eval, {&dense_lp}, c));
       bar.step(c.name);
     }
     table.insert(table.end(), more.begin(), more.end());
+    every.insert(every.end(), all_calibrated.begin(), all_calibrated.end());
+  }
+  // The quantized rows: each dtype's model, its own dense reference, then the chosen f32 policies on it.
+  for (const dtype t : quantized) {
+    const std::vector<std::string> bases = quantized_bases(t, o.only);
+    bar.total += 1 + bases.size();
+    const model mq(ckpt, t);
+    const logprobs quant_lp = reference_logprobs(mq, eval, o.workers);
+    bar.step(quantized_name(t, "dense") + " reference");
+    for (const std::string& base : bases) {
+      const auto c = std::find_if(every.begin(), every.end(), [&](const policy_config& e) { return e.name == base; });
+      if (c == every.end()) detail::fail("model_demo", "quantized row", base, "a policy of the table");
+      row r = evaluate_row(mq, o, eval, {&dense_lp, &quant_lp}, *c);
+      r.policy = quantized_name(t, base);
+      r.family = "quantized";
+      r.ffn_dtype = name(t);
+      r.base_policy = base;
+      rows.push_back(std::move(r));
+      bar.step(rows.back().policy);
+    }
   }
   // The KV rows: the evaluation sequences continued to --kv-length, their own dense reference.
   std::vector<kv_setting> kv;
@@ -195,6 +231,7 @@ int run_evaluation(const options& o) {
   if (rows.size() == 1) detail::fail("model_demo", "--policy", o.only, "text found in at least one policy name");
   print_results(o, m.cfg(), rows);
   if (moe.fitted()) print_moe(moe, rows);
+  if (!quantized.empty()) print_quantized(rows);
   if (!kv.empty()) print_kv(o, kv, rows);
 
   // A greedy sample under dense and under one sparse preset, as text.
@@ -282,6 +319,16 @@ int main(int argc, char** argv) try {
           ->capture_default_str();
   CLI::Option* only =
       app.add_option("--policy", o.only, "Run only the policies whose name contains TEXT (and dense)")->group(eval);
+  std::vector<std::string> quantized_names{"q8_0", "q4_0"};
+  CLI::Option* quantized =
+      app.add_option("--quantized", quantized_names,
+                     "Run the quantized rows on the model with its FFN weights quantized to these dtypes "
+                     "(comma-separated; none: no quantized rows)")
+          ->type_name("DTYPES")
+          ->delimiter(',')
+          ->check(CLI::IsMember({"q8_0", "q4_0", "none"}))
+          ->group(eval)
+          ->capture_default_str();
   bool quick_run = false;
   CLI::Option* quick = app.add_flag("--quick", quick_run,
                                     "A small run: 4 sequences of 40 tokens (KV rows: 96; unless given), 2 calibration "
@@ -302,7 +349,9 @@ int main(int argc, char** argv) try {
   count("--tokens", so.tokens, "Decode steps per row", 1, 100000);
   count("--context", so.context, "KV cache positions", 1, 1 << 16);
   synthetic_only(app.add_flag("--interleave", so.interleave, "Interleaved copies of q8_0 / q4_0 matrices"));
-  for (CLI::Option* e : {checkpoint, tokenizer, sequences, length, kv_length, only, quick}) synthetic->excludes(e);
+  for (CLI::Option* e : {checkpoint, tokenizer, sequences, length, kv_length, only, quantized, quick}) {
+    synthetic->excludes(e);
+  }
   CLI11_PARSE(app, argc, argv);
 
   if (*synthetic) {
@@ -316,6 +365,12 @@ int main(int argc, char** argv) try {
   }
   o.workers = threads;
   if (!json.empty()) o.json = json;
+  o.quantized.clear();
+  for (const actsparse::dtype t : {actsparse::dtype::q8_0, actsparse::dtype::q4_0}) {  // each once, in this order
+    if (std::find(quantized_names.begin(), quantized_names.end(), name(t)) != quantized_names.end()) {
+      o.quantized.push_back(t);
+    }
+  }
   if (quick_run) {
     if (!*sequences) o.sequences = 4;
     if (!*length) o.length = 40;

@@ -83,7 +83,9 @@ inline void print_greedy(const std::string& text_dense, const std::string& spars
 
 // {model, sequences, length, greedy_dense, greedy_sparse, rows: [{policy, family, scorer,
 // kept_fraction, bytes_fraction, kl, top1, ppl, tokens_per_s[, kept_per_layer][, experts_per_token]
-// [, memory_fraction]}]}; KV rows (family "kv") are over sequences of kv_length tokens.
+// [, memory_fraction][, ffn_dtype, base_policy, kl_vs_quant_dense, top1_vs_quant_dense]}]}; KV rows
+// (family "kv") are over sequences of kv_length tokens; quantized rows (family "quantized") have
+// kl / top1 against the f32 dense model and *_vs_quant_dense against the dense model of their dtype.
 inline json results_json(const options& o, const std::vector<row>& rows, const std::string& text_dense,
                          const std::string& text_sparse) {
   json out = {{"model", o.checkpoint},    {"sequences", o.sequences},   {"length", o.length},
@@ -105,6 +107,12 @@ inline json results_json(const options& o, const std::vector<row>& rows, const s
     }
     if (r.experts_per_token) j["experts_per_token"] = number(*r.experts_per_token);
     if (r.memory_fraction) j["memory_fraction"] = number(*r.memory_fraction);
+    if (r.vs_quant_dense) {
+      j["ffn_dtype"] = r.ffn_dtype;
+      j["base_policy"] = r.base_policy;
+      j["kl_vs_quant_dense"] = number(r.vs_quant_dense->kl);
+      j["top1_vs_quant_dense"] = number(r.vs_quant_dense->top1);
+    }
     out["rows"].push_back(std::move(j));
   }
   return out;
@@ -123,6 +131,24 @@ inline void print_kv(const options& o, const std::vector<kv_setting>& settings, 
                 r.q.ppl, r.tokens_per_s);
   }
   for (const kv_setting& s : settings) std::printf("  %s: %s\n", s.name.c_str(), s.description.c_str());
+}
+
+// The quantized rows: the loss of quantization (KL against f32 dense of the quantized dense row)
+// and of sparsity (KL against the quantized dense model) side by side.
+inline void print_quantized(const std::vector<row>& rows) {
+  std::printf(
+      "\nQuantized FFN weights (W_gate, W_up, W_down^T by ggml's reference quantizers; attention and classifier "
+      "f32): KL / top1 against the f32 dense model, and against the dense model of the same dtype (q dense)\n");
+  std::printf("%-46s %6s %6s %9s %6s %11s %8s %7s %9s\n", "policy", "kept", "bytes", "KL", "top1", "KL q dense",
+              "top1 q", "ppl", "tok/s");
+  for (const row& r : rows) {
+    if (!r.vs_quant_dense) continue;
+    std::printf("%-46s %6.3f %6.3f %9.5f %6.3f %11.5f %8.3f %7.3f %9.0f\n", r.policy.c_str(), r.kept, r.bytes, r.q.kl,
+                r.q.top1, r.vs_quant_dense->kl, r.vs_quant_dense->top1, r.q.ppl, r.tokens_per_s);
+  }
+  std::printf(
+      "bytes: of the quantized dense model's FFN bytes (the three matrices share one dtype, so a share of rows is a "
+      "share of bytes); thresholds and calibrated budgets are the f32 model's.\n");
 }
 
 // The MoE rows' experts per token and what the MoEfication measured (moe.hpp).

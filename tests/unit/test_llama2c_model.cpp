@@ -1,10 +1,14 @@
 // The llama2.c forward pass (examples/llama2c/model.hpp) on the real stories260K model:
 // greedy decoding from BOS gives the documented tokens, decode equals prefill, and a
 // keep-all sparse policy equals dense bit for bit; a KV cache in tiered stores (f32: the plain
-// cache's logits; compressed: exact bytes, error growing as the bits shrink).
+// cache's logits; compressed: exact bytes, error growing as the bits shrink); the model with its
+// FFN weights quantized to q8_0 / q4_0 (core's quantizer's bytes, W_downᵀ rounded once; logits
+// close to f32; the reference and CPU backends agree on its FFNs).
 #include "llama2c/checkpoint.hpp"
 #include "llama2c/model.hpp"
 
+#include <actsparse/backends/reference/backend.hpp>
+#include <actsparse/core/quantize.hpp>
 #include <actsparse/ops/neuron_sparse_ffn.hpp>
 #include <actsparse/scorers/magnitude.hpp>
 #include <actsparse/selectors/top_k.hpp>
@@ -13,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -239,4 +244,136 @@ TEST_CASE("llama2c model: KV store configurations of the wrong count or row size
   std::vector<float> logits(m.vocab());
   for (int t = 0; t < 8; ++t) m.decode(1, small, logits, dense);
   CHECK_THROWS_AS(m.decode(1, small, logits, dense), actsparse::error);
+}
+
+namespace {
+
+// row_bytes(t, cols) bytes: one f32 row quantized by core's quantize_row.
+std::vector<std::byte> quantized_row(const float* x, std::size_t cols, actsparse::dtype t) {
+  std::vector<std::byte> out(actsparse::row_bytes(t, cols));
+  if (t == actsparse::dtype::q8_0) {
+    actsparse::quantize_row(x, reinterpret_cast<actsparse::block_q8_0*>(out.data()), cols);
+  } else {
+    actsparse::quantize_row(x, reinterpret_cast<actsparse::block_q4_0*>(out.data()), cols);
+  }
+  return out;
+}
+
+bool row_equals(const actsparse::weight_view& w, std::size_t r, const std::vector<std::byte>& want) {
+  return std::memcmp(static_cast<const std::byte*>(w.data) + r * w.row_stride, want.data(), want.size()) == 0;
+}
+
+// ||a - b||_2 / ||b||_2.
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0.0;
+  double n = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    d += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    n += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(d / n);
+}
+
+}  // namespace
+
+TEST_CASE("llama2c model: q8_0 and q4_0 FFN weights are core's quantizer's bytes, W_down^T quantized once from f32") {
+  const llama2c::checkpoint& c = stories();
+  for (const actsparse::dtype t : {actsparse::dtype::q8_0, actsparse::dtype::q4_0}) {
+    CAPTURE(actsparse::name(t));
+    const llama2c::model m(c, t);
+    CHECK(m.ffn_type() == t);
+    for (std::size_t l = 0; l < m.layers(); ++l) {
+      const actsparse::ffn_layer& f = m.ffn(l);
+      CHECK(f.down.absent());  // rows of d_ff = 172 values are not whole blocks: only W_downᵀ is held
+      const auto w1 = c.w1(l);
+      const auto w3 = c.w3(l);
+      const auto w2 = c.w2(l);  // [dim × hidden]
+      REQUIRE(f.gate.type == t);
+      REQUIRE(f.up.type == t);
+      REQUIRE(f.down_t.type == t);
+      REQUIRE(f.down_t.rows == w2.cols);
+      REQUIRE(f.down_t.cols == w2.rows);
+      bool same = true;
+      for (std::size_t r = 0; r < w1.rows; ++r) {
+        same = same && row_equals(f.gate, r, quantized_row(w1.row(r), w1.cols, t));
+        same = same && row_equals(f.up, r, quantized_row(w3.row(r), w3.cols, t));
+      }
+      std::vector<float> column(w2.rows);
+      for (std::size_t j = 0; j < w2.cols; ++j) {  // row j of W_downᵀ: column j of the checkpoint's f32 W_down
+        for (std::size_t i = 0; i < w2.rows; ++i) column[i] = w2.row(i)[j];
+        same = same && row_equals(f.down_t, j, quantized_row(column.data(), column.size(), t));
+      }
+      CHECK(same);
+    }
+  }
+}
+
+TEST_CASE("llama2c model: the q8_0 and q4_0 models' dense logits are close to f32 (rel. L2 0.03 and 0.15)") {
+  const llama2c::model f32(stories());
+  const std::vector<int> tokens = some_tokens(64);
+  const std::vector<float> want = plain_logits(f32, tokens);
+  // Measured (AVX2): q8_0 0.0050, q4_0 0.057 (relative L2 of all 64 positions' logits); the
+  // bounds leave room for other SIMD targets' summation orders, not for a wrong block.
+  for (const auto& [t, bound] : {std::pair{actsparse::dtype::q8_0, 0.03}, std::pair{actsparse::dtype::q4_0, 0.15}}) {
+    CAPTURE(actsparse::name(t));
+    const llama2c::model m(stories(), t);
+    const std::vector<float> got = plain_logits(m, tokens);
+    const double e = relative_l2(got, want);
+    MESSAGE(actsparse::name(t), " logits, relative L2 against f32: ", e);
+    CHECK(e <= bound);
+    CHECK(e > 0.0);  // the weights really are quantized
+    // A keep-all sparse policy equals the quantized dense model bit for bit (both over W_downᵀ).
+    sparse_policy keep_all(actsparse::magnitude{}, actsparse::top_k::by_ratio(1.0));
+    std::vector<float> all(got.size());
+    auto cache = m.new_cache();
+    m.prefill(tokens, cache, all, keep_all);
+    CHECK(std::memcmp(all.data(), got.data(), all.size() * sizeof(float)) == 0);
+  }
+  // q8_0 is the closer of the two.
+  const llama2c::model q8(stories(), actsparse::dtype::q8_0);
+  const llama2c::model q4(stories(), actsparse::dtype::q4_0);
+  CHECK(relative_l2(plain_logits(q8, tokens), want) < relative_l2(plain_logits(q4, tokens), want));
+}
+
+TEST_CASE("llama2c model: the reference and CPU backends agree on the quantized FFNs, dense and sparse") {
+  std::vector<float> x(64);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37F * static_cast<float>(i) + 0.1F);
+  std::vector<std::uint32_t> half;
+  for (std::uint32_t j = 0; j < 172; j += 2) half.push_back(j);
+  for (const actsparse::dtype t : {actsparse::dtype::q8_0, actsparse::dtype::q4_0}) {
+    CAPTURE(actsparse::name(t));
+    const llama2c::model m(stories(), t);
+    double worst = 0.0;
+    for (std::size_t l = 0; l < m.layers(); ++l) {
+      for (const bool sparse : {false, true}) {
+        const actsparse::subset neurons = sparse ? actsparse::subset::only(half) : actsparse::subset::everything();
+        std::vector<float> want(64);
+        std::vector<float> got(64);
+        REQUIRE(actsparse::reference_backend{}.run_with_scratch(actsparse::gated_ffn_args{m.ffn(l), x, want, neurons}));
+        std::vector<std::byte> workspace;
+        actsparse::cpu::executor ex;
+        REQUIRE(actsparse::run(actsparse::cpu_backend{}, actsparse::gated_ffn_args{m.ffn(l), x, got, neurons},
+                               workspace, ex));
+        // The CPU backend rounds x to int8 blocks for q8_0 / q4_0 weights (as ggml does); the
+        // reference does not: a few per mille apart (measured (AVX2): 0.0055 at most).
+        worst = std::max(worst, relative_l2(got, want));
+      }
+    }
+    MESSAGE(actsparse::name(t), " FFNs, CPU against reference, largest relative L2: ", worst);
+    CHECK(worst <= 0.02);
+    CHECK(worst > 0.0);  // ran, and on quantized x
+  }
+}
+
+TEST_CASE("llama2c model: an FFN dtype other than f32, q8_0 or q4_0 is an error, and so is W_down through linear()") {
+  CHECK_THROWS_WITH_AS(llama2c::model(stories(), actsparse::dtype::f16), doctest::Contains("f32, q8_0 or q4_0"),
+                       actsparse::error);
+  CHECK_THROWS_WITH_AS(llama2c::model(stories(), actsparse::dtype::bf16), doctest::Contains("FFN dtype"),
+                       actsparse::error);
+  // The default policy::ffn runs W_down through linear(): a quantized model does not hold it.
+  const llama2c::model m(stories(), actsparse::dtype::q8_0);
+  llama2c::policy plain;
+  auto cache = m.new_cache();
+  std::vector<float> logits(m.vocab());
+  CHECK_THROWS_WITH_AS(m.decode(1, cache, logits, plain), doctest::Contains("W_down"), actsparse::error);
 }
