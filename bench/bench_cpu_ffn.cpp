@@ -17,7 +17,8 @@
 // gathered rows sit at lower activities, where their crossover lies. Dense is dense_ffn with the same weights,
 // interleaved in the same iterations. Several layers are cycled so that no weight byte comes from the L3.
 //
-// The cpu_token_ffn rows time the token-sparse prefill FFN (BM_cpu_token_ffn has their counters).
+// The cpu_token_ffn rows time the token-sparse prefill FFN (BM_cpu_token_ffn has their counters),
+// the cpu_ffn_batch rows a decode batch over a neuron union (BM_cpu_ffn_batch).
 // The cpu_ffn_step rows cut a sparse step into its parts (the gate GEMV, the serial
 // activation / score / top_k, the gathered up and down), and the cpu_activation rows time the
 // activation alone; their counters are described at BM_cpu_ffn_step and BM_cpu_activation.
@@ -431,6 +432,64 @@ void register_token_ffn(const shape& s, std::size_t threads) {
   }
 }
 
+// Rows cpu_ffn_batch/<dtype>/7b/t<threads>/n<tokens>/union<a>: a decode batch of n tokens
+// neuron-sparse over a union of share a (random, fixed seed): the gate of the n tokens at once
+// (batched_gemv_args), its activation, then the token FFN over the union with that gate given
+// (what neuron_sparse_ffn::batch runs, without the selection), against the dense token FFN of
+// the same n tokens (the dense n-column GEMM: every row read once for the batch), in the same
+// iterations, layers rotated so the weights stream from DRAM. Counters: union, dense_ms and
+// sparse_ms (per call of n tokens), speedup (dense / sparse), ideal 3 / (1 + 2 union),
+// pct_of_ideal.
+template <class T>
+void BM_cpu_ffn_batch(benchmark::State& state, shape s, std::size_t tokens, double a, std::size_t threads) {
+  const layers<T>& w = weights<T>(s, false);
+  const std::vector<float> input = actsparse_bench::random_floats(tokens * s.d_model, 1.0F, 23);
+  std::vector<std::uint32_t> united;
+  std::mt19937_64 rng(29);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (std::uint32_t j = 0; j < s.d_ff; ++j) {
+    if (a >= 1.0 || u(rng) < a) united.push_back(j);
+  }
+  cpu::thread_pool pool(threads);
+  cpu::executor ex(pool);
+  batch_runner run(input, tokens, s, ex);
+  const subset neurons = united.size() == s.d_ff ? subset::everything() : subset::only(united);
+  warm_up(w.l.size(), [&](std::size_t i) { run.dense(view_of(w.l[i], s)); });
+  std::size_t next = 0;
+  double dense_s = 0.0, sparse_s = 0.0;
+  for (auto _ : state) {
+    state.SetIterationTime(time_on_layers(
+        state.iterations(), w, s, next, [&](const ffn_layer& d) { run.dense(d); },
+        [&](const ffn_layer& sp) { run.sparse(sp, neurons); }, dense_s, sparse_s));
+  }
+  if (!run.ok) {
+    state.SkipWithError("the CPU backend did not handle this configuration");
+    return;
+  }
+  const double share = static_cast<double>(united.size()) / static_cast<double>(s.d_ff);
+  state.counters["union"] = share;
+  state.counters["dense_ms"] = dense_s / static_cast<double>(state.iterations()) * 1e3;
+  state.counters["sparse_ms"] = sparse_s / static_cast<double>(state.iterations()) * 1e3;
+  state.counters["speedup"] = dense_s / sparse_s;
+  state.counters["ideal"] = ideal_ffn_speedup(share);
+  state.counters["pct_of_ideal"] = dense_s / sparse_s / ideal_ffn_speedup(share);
+}
+
+template <class T>
+void register_batch(const shape& s, std::size_t threads) {
+  for (const std::size_t tokens : {2U, 4U, 8U, 16U}) {
+    for (const double a : {0.1, 0.3, 0.5, 0.7, 1.0}) {
+      char label[128];
+      std::snprintf(label, sizeof label, "cpu_ffn_batch/%s/%s/t%zu/n%zu/union%.1f", label_of<T>(false).c_str(), s.label,
+                    threads, tokens, a);
+      benchmark::RegisterBenchmark(label, BM_cpu_ffn_batch<T>, s, tokens, a, threads)
+          ->UseManualTime()
+          ->MinTime(0.3)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
 void register_all() {
   for (const std::size_t threads : {1U, 2U}) {
     register_step<f16>(llama2_7b, threads);
@@ -442,6 +501,8 @@ void register_all() {
     register_token_ffn<bf16>(llama2_7b, threads);
     register_token_ffn<block_q4_0>(llama2_7b, threads);
   }
+  register_batch<bf16>(llama2_7b, 2);
+  register_batch<block_q4_0>(llama2_7b, 2);
   for (const activation act : {activation::silu, activation::gelu, activation::relu}) {
     const std::string row = "cpu_activation/" + std::string(name(act)) + "/11008";
     benchmark::RegisterBenchmark(row.c_str(), BM_cpu_activation, act, std::size_t{11008})

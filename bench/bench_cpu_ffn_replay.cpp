@@ -28,6 +28,10 @@
 // the gate whole, W_up for the first stage's a1 (top-k of |act(g)|, random weights: a random
 // set), the exact h of those, W_downᵀ for the a2 of them with the largest |h|·‖W_down[:, j]‖.
 // Counters: speedup over dense (the same iterations), ideal 3 / (1 + a1 + a2), pct_of_ideal.
+//
+// Rows cpu_ffn_down/...: W_down's two layouts for q8_0 / q4_0 on random, recorded and
+// reordered sets (speed, bytes read, error against the exact FFN): see BM_cpu_ffn_down.
+// Rows cpu_ffn_spec/...: a K-token verify pass over the union of recorded sets: BM_cpu_ffn_spec.
 #include "calibration/pipeline.hpp"
 #include "ffn_layers.hpp"
 #include "harness.hpp"
@@ -49,8 +53,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <memory>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -225,6 +231,249 @@ void BM_cpu_ffn_replay(benchmark::State& state, double keep, int order, std::siz
   state.counters["pct_of_read"] = speedup / ideal / read_pct;
 }
 
+// ---- W_down's two layouts for q8_0 / q4_0 ------------------------------------------------------
+// One 7B-shaped layer for the quality figures: W_down row-major (the model's blocks), its
+// requantized transpose (cpu::transpose: every down weight rounded twice) and its block-column
+// copy (the same blocks rearranged), with gate and up.
+template <class T>
+struct down_layouts {
+  std::vector<T> gate, up, down;
+  cpu::owned_weights down_t;
+  cpu::weight_layouts columns;  // W_down's column blocks
+};
+template <class T>
+const down_layouts<T>& quality_layer(const shape& s) {
+  static const down_layouts<T> q = [&] {
+    down_layouts<T> d;
+    d.gate = random_matrix<T>(s.d_ff, s.d_model, 1.0F / std::sqrt(static_cast<float>(s.d_model)), 11);
+    d.up = random_matrix<T>(s.d_ff, s.d_model, 1.0F / std::sqrt(static_cast<float>(s.d_model)), 12);
+    d.down = random_matrix<T>(s.d_model, s.d_ff, 1.0F / std::sqrt(static_cast<float>(s.d_ff)), 13);
+    d.down_t = cpu::transpose(matrix_of(d.down, s.d_model, s.d_ff));
+    (void)d.columns.add_column_blocks(matrix_of(d.down, s.d_model, s.d_ff));
+    return d;
+  }();
+  return q;
+}
+
+// The FFN over the kept set in double from the model's own blocks (W_down not transposed): what
+// an exact kernel on these weights computes.
+template <class T>
+std::vector<double> exact_ffn(const down_layouts<T>& d, const shape& s, std::span<const float> x,
+                              std::span<const std::uint32_t> set) {
+  const std::size_t bv = block_values(dtype_traits<T>::type);
+  std::vector<float> row(std::max(s.d_model, s.d_ff));
+  const auto dot = [&](const std::vector<T>& m, std::size_t r) {
+    dequantize_row(m.data() + r * s.d_model / bv, row.data(), s.d_model);
+    double acc = 0.0;
+    for (std::size_t i = 0; i < s.d_model; ++i) acc += static_cast<double>(row[i]) * x[i];
+    return acc;
+  };
+  std::vector<double> h(s.d_ff, 0.0);
+  for (const std::uint32_t j : set) {
+    const double g = dot(d.gate, j);
+    h[j] = g / (1.0 + std::exp(-g)) * dot(d.up, j);
+  }
+  std::vector<double> y(s.d_model);
+  for (std::size_t i = 0; i < s.d_model; ++i) {
+    dequantize_row(d.down.data() + i * s.d_ff / bv, row.data(), s.d_ff);
+    double acc = 0.0;
+    for (const std::uint32_t j : set) acc += h[j] * row[j];
+    y[i] = acc;
+  }
+  return y;
+}
+
+// Random sets of share `keep` (the same count of 7B steps as the recorded ones).
+std::vector<std::vector<std::uint32_t>> random_sets(std::size_t d_ff, double keep, std::size_t count) {
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<std::vector<std::uint32_t>> out(count);
+  for (auto& set : out) {
+    for (std::uint32_t j = 0; j < d_ff; ++j) {
+      if (u(rng) < keep) set.push_back(j);
+    }
+  }
+  return out;
+}
+
+// Rows cpu_ffn_down/<dtype>/7b/t<threads>/a<keep>/<sets>/<layout>: the sparse step with W_down
+// as its requantized transpose (`transposed`: the row axpy over down_t, one row per kept
+// neuron; every down weight rounded twice) or in column blocks (`column_blocks`: lossless; the
+// kept neurons' quants and the scales of their 32-neuron columns, no down_t), on random sets
+// and on the recorded sets in the model's order and the two calibrated orders. Counters:
+// dense_us / step_us, the dense FFN of the same layout and the step (the same iterations);
+// speedup, ideal 3 / (1 + 2 kept), pct_of_ideal; down_read: the share of W_down's bytes the
+// step read; rel_err: relative L2 distance of y from the exact FFN over the same set on the
+// model's own blocks (exact_ffn), mean over 4 sets on one layer (quality_layer).
+template <class T>
+void BM_cpu_ffn_down(benchmark::State& state, double keep, int sets_of, bool columns, std::size_t threads) {
+  const shape s = llama2_7b;
+  const layers<T>& w = column_weights<T>(s);
+  const std::vector<std::vector<std::uint32_t>> sets =
+      sets_of < 0 ? random_sets(s.d_ff, keep, 64) : replay_sets(recorded(keep), sets_of);
+  const std::vector<float> x = random_floats(s.d_model, 1.0F, 7);
+  std::vector<float> y(s.d_model), y_dense(s.d_model);
+  cpu::thread_pool pool(threads);
+  cpu::executor ex(pool);
+  cpu_backend cpu;
+  if (columns) cpu.layouts = &w.columns;
+  std::size_t next = 0;
+  const neuron_sparse_ffn op{magnitude{}, replayed{&sets, &next}, score_source::gate_activation, cpu};
+  ffn_scratch scratch, dense_scratch;
+  selection kept;
+  bool ok = true;
+  // Quality, outside the timing.
+  const down_layouts<T>& q = quality_layer<T>(s);
+  cpu_backend quality_cpu;
+  if (columns) quality_cpu.layouts = &q.columns;
+  const ffn_layer ql{activation::silu, matrix_of(q.gate, s.d_ff, s.d_model), matrix_of(q.up, s.d_ff, s.d_model),
+                     matrix_of(q.down, s.d_model, s.d_ff), columns ? weight_view{} : q.down_t.view};
+  double err = 0.0;
+  constexpr std::size_t quality_sets = 4;
+  for (std::size_t k = 0; k < quality_sets; ++k) {
+    std::size_t at = k * 7;
+    const neuron_sparse_ffn qop{magnitude{}, replayed{&sets, &at}, score_source::gate_activation, quality_cpu};
+    ok = qop(ql, x, y, kept, scratch, ex) && ok;
+    const std::vector<double> exact = exact_ffn(q, s, x, kept.indices);
+    double diff = 0.0, norm = 0.0;
+    for (std::size_t i = 0; i < s.d_model; ++i) {
+      diff += (y[i] - exact[i]) * (y[i] - exact[i]);
+      norm += exact[i] * exact[i];
+    }
+    err += std::sqrt(diff / norm);
+  }
+  warm_up(w.l.size(), [&](std::size_t i) { ok = dense_ffn(cpu, view_of(w.l[i], s), x, y, dense_scratch, ex) && ok; });
+  std::size_t layer_at = 0;
+  double dense_s = 0.0, step_s = 0.0, kept_sum = 0.0, read_sum = 0.0;
+  for (auto _ : state) {
+    const double t = time_on_layers(
+        state.iterations(), w, s, layer_at,
+        [&](const ffn_layer& d) { ok = dense_ffn(cpu, d, x, y_dense, dense_scratch, ex) && ok; },
+        [&](const ffn_layer& sp) { ok = op(sp, x, y, kept, scratch, ex) && ok; }, dense_s, step_s);
+    const double a = static_cast<double>(kept.indices.size()) / static_cast<double>(s.d_ff);
+    kept_sum += a;
+    // Column blocks: the kept neurons' quants and the scales of the columns read (q4_0: 2 of 18
+    // bytes per 32 values are scales, q8_0: 2 of 34).
+    const double column_share =
+        std::min(1.0, static_cast<double>(scratch.reads.down_columns * 32) / static_cast<double>(s.d_ff));
+    const double scale_share = 2.0 / static_cast<double>(row_bytes(dtype_traits<T>::type, 32));
+    read_sum += columns ? a * (1.0 - scale_share) + column_share * scale_share : a;
+    benchmark::DoNotOptimize(y.data());
+    state.SetIterationTime(t);
+  }
+  if (!ok) {
+    state.SkipWithError("the CPU backend did not handle this configuration");
+    return;
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double a = kept_sum / n;
+  state.counters["dense_us"] = dense_s / n * 1e6;
+  state.counters["step_us"] = step_s / n * 1e6;
+  state.counters["kept"] = a;
+  state.counters["down_read"] = read_sum / n;
+  state.counters["speedup"] = dense_s / step_s;
+  state.counters["ideal"] = ideal_ffn_speedup(a);
+  state.counters["pct_of_ideal"] = dense_s / step_s / ideal_ffn_speedup(a);
+  state.counters["rel_err"] = err / quality_sets;
+}
+
+template <class T>
+void register_down(std::size_t threads) {
+  const char* set_names[] = {"random", "model", "hot", "coactivation"};
+  for (const double keep : {0.5, 0.2}) {
+    for (int sets_of = -1; sets_of < 3; ++sets_of) {
+      for (const bool columns : {false, true}) {
+        char label[160];
+        std::snprintf(label, sizeof label, "cpu_ffn_down/%s/7b/t%zu/a%.2f/%s/%s",
+                      std::string(name(dtype_traits<T>::type)).c_str(), threads, keep, set_names[sets_of + 1],
+                      columns ? "column_blocks" : "transposed");
+        benchmark::RegisterBenchmark(label, BM_cpu_ffn_down<T>, keep, sets_of, columns, threads)
+            ->UseManualTime()
+            ->MinTime(0.3)
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+}
+
+// ---- Speculative verification: the union of K consecutive tokens' sets ----------------------
+// The 7B steps of a K-token verify pass: block c of step k holds the union of the recorded sets
+// of K consecutive tokens in one layer (the (token, layer) sets are recorded token after token,
+// every layer of a token in turn), so the union grows as the real sets of neighbouring tokens
+// do; K = 1 is replay_sets' plain decode.
+std::vector<std::vector<std::uint32_t>> union_sets(const recording& r, std::size_t k_tokens) {
+  const std::size_t layers = *std::max_element(r.layer_of.begin(), r.layer_of.end()) + 1;
+  const std::size_t tokens = r.sets.size() / layers;
+  std::vector<std::vector<std::uint32_t>> out;
+  for (std::size_t k = 0; (k + 1) * blocks * k_tokens <= tokens; ++k) {
+    std::vector<std::uint32_t> set;
+    for (std::size_t c = 0; c < blocks; ++c) {
+      const std::size_t first = (k * blocks + c) * k_tokens;  // the block's first token
+      std::vector<std::uint32_t> merged;
+      for (std::size_t m = 0; m < k_tokens; ++m) {
+        const auto& one = r.sets[(first + m) * layers + c % layers];
+        std::vector<std::uint32_t> next;
+        std::set_union(merged.begin(), merged.end(), one.begin(), one.end(), std::back_inserter(next));
+        merged.swap(next);
+      }
+      for (const std::uint32_t j : merged) set.push_back(static_cast<std::uint32_t>(c * r.d_ff) + j);
+    }
+    out.push_back(std::move(set));
+  }
+  return out;
+}
+
+// Rows cpu_ffn_spec/<dtype>/7b/t<threads>/a<keep>/k<K>: the verify pass of K draft tokens (K =
+// 1: one decode token), neuron-sparse over the union of their recorded sets (union_sets, a new
+// union each iteration), against the dense token FFN of the K tokens in the same iterations
+// (batch_runner). Counters: union (mean share of d_ff), speedup, ideal 3 / (1 + 2 union),
+// pct_of_ideal.
+template <class T>
+void BM_cpu_ffn_spec(benchmark::State& state, double keep, std::size_t k_tokens, std::size_t threads) {
+  const shape s = llama2_7b;
+  const layers<T>& w = weights<T>(s, false);
+  const std::vector<std::vector<std::uint32_t>> sets = union_sets(recorded(keep), k_tokens);
+  const std::vector<float> input = random_floats(k_tokens * s.d_model, 1.0F, 31);
+  cpu::thread_pool pool(threads);
+  cpu::executor ex(pool);
+  batch_runner run(input, k_tokens, s, ex);
+  warm_up(w.l.size(), [&](std::size_t i) { run.dense(view_of(w.l[i], s)); });
+  std::size_t next = 0;
+  double dense_s = 0.0, step_s = 0.0, share = 0.0;
+  for (auto _ : state) {
+    const std::vector<std::uint32_t>& united = sets[next / 2 % sets.size()];
+    const subset neurons = united.size() == s.d_ff ? subset::everything() : subset::only(united);
+    state.SetIterationTime(time_on_layers(
+        state.iterations(), w, s, next, [&](const ffn_layer& d) { run.dense(d); },
+        [&](const ffn_layer& sp) { run.sparse(sp, neurons); }, dense_s, step_s));
+    share += static_cast<double>(united.size()) / static_cast<double>(s.d_ff);
+  }
+  if (!run.ok) {
+    state.SkipWithError("the CPU backend did not handle this configuration");
+    return;
+  }
+  const double a = share / static_cast<double>(state.iterations());
+  state.counters["union"] = a;
+  state.counters["speedup"] = dense_s / step_s;
+  state.counters["ideal"] = ideal_ffn_speedup(a);
+  state.counters["pct_of_ideal"] = dense_s / step_s / ideal_ffn_speedup(a);
+}
+
+template <class T>
+void register_spec(std::size_t threads) {
+  for (const double keep : {0.5, 0.2}) {
+    for (const std::size_t k_tokens : {1U, 2U, 4U, 8U}) {
+      char label[128];
+      std::snprintf(label, sizeof label, "cpu_ffn_spec/%s/7b/t%zu/a%.2f/k%zu",
+                    std::string(name(dtype_traits<T>::type)).c_str(), threads, keep, k_tokens);
+      benchmark::RegisterBenchmark(label, BM_cpu_ffn_spec<T>, keep, k_tokens, threads)
+          ->UseManualTime()
+          ->MinTime(0.3)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
 // A schedule value with a second stage: the first stage keeps k, the second `keep` of them.
 struct refine_value {
   std::size_t k = 0;
@@ -259,12 +508,10 @@ void BM_cpu_ffn_refine(benchmark::State& state, double a1, double a2, std::size_
   std::size_t next = 0;
   double dense_s = 0.0, step_s = 0.0, first = 0.0, final_rows = 0.0;
   for (auto _ : state) {
-    const ffn_layer d = view_of(w.l[next], s);
-    const ffn_layer sp = view_of(w.l[(next + 1) % w.l.size()], s);
-    next = (next + 2) % w.l.size();
-    const double t = time_pair(
-        state.iterations(), [&] { ok = dense_ffn(cpu, d, x, y_dense, dense_scratch, ex) && ok; },
-        [&] { ok = op(0, sp, x, y, kept, scratch, ex) && ok; }, dense_s, step_s);
+    const double t = time_on_layers(
+        state.iterations(), w, s, next,
+        [&](const ffn_layer& d) { ok = dense_ffn(cpu, d, x, y_dense, dense_scratch, ex) && ok; },
+        [&](const ffn_layer& sp) { ok = op(0, sp, x, y, kept, scratch, ex) && ok; }, dense_s, step_s);
     first += static_cast<double>(scratch.reads.up_rows);
     final_rows += static_cast<double>(scratch.reads.down_rows);
     benchmark::DoNotOptimize(y.data());
@@ -321,5 +568,9 @@ int main(int argc, char** argv) {
   register_replay<block_q4_0>(2);
   register_refine<float>(2);
   register_refine<block_q4_0>(2);
+  register_down<block_q4_0>(2);
+  register_down<block_q8_0>(2);
+  register_spec<bf16>(2);
+  register_spec<block_q4_0>(2);
   return run_benchmarks_with_read_bandwidth(argc, argv);
 }

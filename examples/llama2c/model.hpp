@@ -221,6 +221,23 @@ class model {
   [[nodiscard]] const actsparse::ffn_layer& ffn(std::size_t l) const { return ffn_.at(l); }
   // The FFN weights' dtype (f32, q8_0 or q4_0).
   [[nodiscard]] actsparse::dtype ffn_type() const noexcept { return ffn_type_; }
+  // Bytes of the FFN matrices the layers' views hold (gate, up, W_down where given, W_downᵀ),
+  // and the model's own FFN bytes in that dtype (gate, up and down once): their ratio is what
+  // the layout costs in memory (f32: W_down and its transpose, 4/3; quantized: W_downᵀ only, 1).
+  [[nodiscard]] std::size_t ffn_resident_bytes() const noexcept {
+    std::size_t n = 0;
+    for (const actsparse::ffn_layer& f : ffn_) {
+      for (const actsparse::weight_view* w : {&f.gate, &f.up, &f.down, &f.down_t}) {
+        if (!w->absent()) n += w->rows * actsparse::row_bytes(w->type, w->cols);
+      }
+    }
+    return n;
+  }
+  [[nodiscard]] std::size_t ffn_model_bytes() const noexcept {
+    std::size_t n = 0;
+    for (const actsparse::ffn_layer& f : ffn_) n += 3 * f.gate.rows * actsparse::row_bytes(f.gate.type, f.gate.cols);
+    return n;
+  }
   [[nodiscard]] const checkpoint& weights() const noexcept { return *ckpt_; }
 
   // Keys and values of every layer for positions [0, length).

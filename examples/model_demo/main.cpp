@@ -63,6 +63,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace model_demo {
@@ -126,6 +127,17 @@ row evaluate_row(const model& m, const options& o, const std::vector<std::vector
   p.front()->reset_counts();
   r.tokens_per_s = decode_speed(m, *p.front(), o.decode_tokens);
   return r;
+}
+
+// "FFN weights held: ..." for a model: the bytes its layers' views hold against the model's own
+// FFN bytes in that dtype (f32: W_down and its transpose; quantized: W_downᵀ alone).
+std::string resident_line(std::string_view label, const model& m) {
+  char line[200];
+  std::snprintf(line, sizeof line, "FFN weights held (%.*s): %zu bytes, %.2fx the model's own %zu\n",
+                static_cast<int>(label.size()), label.data(), m.ffn_resident_bytes(),
+                static_cast<double>(m.ffn_resident_bytes()) / static_cast<double>(m.ffn_model_bytes()),
+                m.ffn_model_bytes());
+  return line;
 }
 
 // Every policy of the table over the evaluation set, then the greedy samples and the JSON.
@@ -193,11 +205,14 @@ int run_evaluation(const options& o) {
     table.insert(table.end(), more.begin(), more.end());
     every.insert(every.end(), all_calibrated.begin(), all_calibrated.end());
   }
+  // The FFN bytes each model's layers hold against the model's own (printed with the results).
+  std::string resident = resident_line("f32", m);
   // The quantized rows: each dtype's model, its own dense reference, then the chosen f32 policies on it.
   for (const dtype t : quantized) {
     const std::vector<std::string> bases = quantized_bases(t, o.only);
     bar.total += 1 + bases.size();
     const model mq(ckpt, t);
+    resident += resident_line(name(t), mq);
     const logprobs quant_lp = reference_logprobs(mq, eval, o.workers);
     bar.step(quantized_name(t, "dense") + " reference");
     for (const std::string& base : bases) {
@@ -230,6 +245,7 @@ int run_evaluation(const options& o) {
   }
   if (rows.size() == 1) detail::fail("model_demo", "--policy", o.only, "text found in at least one policy name");
   print_results(o, m.cfg(), rows);
+  std::printf("\n%s", resident.c_str());
   if (moe.fitted()) print_moe(moe, rows);
   if (!quantized.empty()) print_quantized(rows);
   if (!kv.empty()) print_kv(o, kv, rows);

@@ -57,6 +57,16 @@ gated_ffn_args args_of(const cpu_ffn_weights& f, activation act, std::span<const
   return {ffn_layer{act, f.gate.view, f.up.view, weight_view{}, f.down_t.view}, x, y, neurons, gate_act};
 }
 
+// y = W·x by the backend's own dense GEMV (the kernels the FFN composes).
+std::vector<float> backend_gemv(const cpu_backend& cpu, const weight_view& w, std::span<const float> x) {
+  std::vector<float> out(w.rows);
+  const gemv_args a{w, x, out, subset::everything()};
+  std::vector<std::byte> workspace(cpu.workspace_size(a));
+  cpu::executor ex;
+  REQUIRE(cpu.run(a, workspace, ex));
+  return out;
+}
+
 std::vector<float> run_cpu(const gated_ffn_args& a, cpu::executor ex = {}, const cpu_backend& cpu = {}) {
   std::vector<float> y(a.y.size(), std::numeric_limits<float>::quiet_NaN());
   gated_ffn_args b = a;
@@ -641,6 +651,175 @@ TEST_CASE("cpu token FFN matches the reference backend and backs token_sparse_ff
   CHECK_THROWS_AS((void)cpu_backend{}.run(a, workspace, ex), error);
 }
 
+TEST_CASE("cpu batched GEMV: each token's row is its GEMV bit for bit, on any thread count, and its errors") {
+  std::mt19937 rng(55);
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+    const test_weights w = make_weights(t, 130, 96, rng, 1);
+    for (const std::size_t n : {1U, 3U, 8U}) {
+      const std::vector<float> x = random_vector(n * 96, rng);
+      for_each_target([&] {
+        for (const bool int8 : {true, false}) {
+          INFO(name(t), " tokens ", n, " int8 ", int8);
+          const cpu_backend cpu{.int8_activations = int8};
+          std::vector<float> y(n * 130, -1.0F);
+          const batched_gemv_args a{w.view, matrix_view<const float>::packed(x.data(), n, 96),
+                                    matrix_view<float>::packed(y.data(), n, 130)};
+          std::vector<std::byte> workspace(cpu.workspace_size(a));
+          cpu::executor ex;
+          REQUIRE(cpu.run(a, workspace, ex));
+          for (std::size_t k = 0; k < n; ++k) {
+            const auto one = backend_gemv(cpu, w.view, std::span<const float>(x.data() + k * 96, 96));
+            CHECK(same_bits(std::span<const float>(y.data() + k * 130, 130), one));
+          }
+          cpu::thread_pool pool(3);
+          cpu::executor three(pool);
+          std::vector<float> y3(n * 130);
+          const batched_gemv_args b{a.w, a.x, matrix_view<float>::packed(y3.data(), n, 130)};
+          REQUIRE(cpu.run(b, workspace, three));
+          CHECK(same_bits(y3, y));
+        }
+      });
+    }
+  }
+  const test_weights w = make_weights(dtype::f32, 16, 32, rng);
+  std::vector<float> x(2 * 32), y(2 * 15);
+  const batched_gemv_args bad{w.view, matrix_view<const float>::packed(x.data(), 2, 32),
+                              matrix_view<float>::packed(y.data(), 2, 15)};
+  std::vector<std::byte> workspace(cpu_backend{}.workspace_size(bad));
+  cpu::executor ex;
+  CHECK_THROWS_WITH_AS((void)cpu_backend{}.run(bad, workspace, ex),
+                       doctest::Contains("'y.cols' is 15; expected 16 (w.rows)"), error);
+}
+
+TEST_CASE("cpu token FFN over a neuron union with the gate given: each token is its decode FFN over the union") {
+  std::mt19937 rng(56);
+  for (const dtype t : {dtype::f32, dtype::bf16, dtype::q8_0, dtype::q4_0}) {
+    const std::size_t d_model = 96;
+    const std::size_t d_ff = 2080;  // down_t in two chunks
+    const cpu_ffn_weights f = make_cpu_ffn(t, d_model, d_ff, rng);
+    const std::size_t n = 5;
+    const std::vector<float> input = random_vector(n * d_model, rng);
+    const std::vector<float> residual = random_vector(n * d_model, rng);
+    std::vector<float> gates = random_vector(n * d_ff, rng);  // act(g) as an engine passes it
+    const std::vector<std::uint32_t> united = random_subset(d_ff, 0.3, rng);
+    const ffn_layer layer{activation::silu, f.gate.view, f.up.view, weight_view{}, f.down_t.view};
+    for_each_target([&] {
+      INFO(name(t));
+      const auto tokens = [&](cpu::executor ex) {
+        std::vector<float> out = residual;
+        const token_ffn_args a{layer,
+                               matrix_view<const float>::packed(input.data(), n, d_model),
+                               matrix_view<float>::packed(out.data(), n, d_model),
+                               subset::everything(),
+                               subset::only(united),
+                               matrix_view<const float>::packed(gates.data(), n, d_ff)};
+        const cpu_backend cpu;
+        REQUIRE(cpu.can_implement(a));
+        std::vector<std::byte> workspace(cpu.workspace_size(a));
+        REQUIRE(cpu.run(a, workspace, ex));
+        return out;
+      };
+      const auto got = tokens({});
+      cpu_backend gather;  // the decode FFN over the union, rows gathered (no crossover)
+      gather.tuning.read_all_from = 1.0;
+      for (std::size_t k = 0; k < n; ++k) {
+        std::vector<float> y(d_model);
+        const auto one =
+            run_cpu(gated_ffn_args{layer, std::span<const float>(input.data() + k * d_model, d_model), y,
+                                   subset::only(united), std::span<const float>(gates.data() + k * d_ff, d_ff)},
+                    {}, gather);
+        std::vector<float> want(d_model);
+        for (std::size_t c = 0; c < d_model; ++c) want[c] = residual[k * d_model + c] + one[c];
+        CHECK(same_bits(std::span<const float>(got.data() + k * d_model, d_model), want));
+      }
+      cpu::thread_pool pool(2);
+      CHECK(same_bits(tokens(cpu::executor(pool)), got));
+      // The reference agrees (the gate given, so only x's rounding in W_up differs).
+      std::vector<float> want = residual;
+      const token_ffn_args ra{ffn_layer{activation::silu, f.gate.view, f.up.view, f.down.view},
+                              matrix_view<const float>::packed(input.data(), n, d_model),
+                              matrix_view<float>::packed(want.data(), n, d_model),
+                              subset::everything(),
+                              subset::only(united),
+                              matrix_view<const float>::packed(gates.data(), n, d_ff)};
+      REQUIRE(reference_backend{}.run_with_scratch(ra));
+      double diff = 0.0, norm = 0.0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        diff += (got[i] - want[i]) * (got[i] - want[i]);
+        norm += (want[i] - residual[i]) * (want[i] - residual[i]);
+      }
+      CHECK(std::sqrt(diff / norm) < 0.05);
+    });
+  }
+  // Errors: a union without down_t is declined; a gate of the wrong shape and an unsorted union are errors.
+  const cpu_ffn_weights f = make_cpu_ffn(dtype::f32, 64, 96, rng);
+  std::vector<float> input(2 * 64), out(2 * 64), gates(2 * 95);
+  const std::vector<std::uint32_t> united = {1, 5};
+  token_ffn_args a{ffn_layer{activation::silu, f.gate.view, f.up.view, f.down.view},
+                   matrix_view<const float>::packed(input.data(), 2, 64), matrix_view<float>::packed(out.data(), 2, 64),
+                   subset::everything(), subset::only(united)};
+  CHECK_FALSE(cpu_backend{}.can_implement(a));
+  a.weights.down_t = f.down_t.view;
+  a.gate_act = matrix_view<const float>::packed(gates.data(), 2, 95);
+  std::vector<std::byte> workspace(cpu_backend{}.workspace_size(a));
+  cpu::executor ex;
+  CHECK_THROWS_WITH_AS((void)cpu_backend{}.run(a, workspace, ex), doctest::Contains("'gate_act.cols' is 95"), error);
+  const std::vector<std::uint32_t> unsorted = {5, 1};
+  a.gate_act = {};
+  a.neurons = subset::only(unsorted);
+  CHECK_THROWS_AS((void)reference_backend{}.run_with_scratch(a), error);
+}
+
+TEST_CASE("neuron_sparse_ffn::batch: the union of the tokens' own sets, each token the FFN over it") {
+  std::mt19937 rng(57);
+  for (const dtype t : {dtype::f32, dtype::q4_0}) {
+    const std::size_t d_model = 96;
+    const std::size_t d_ff = 2080;
+    const cpu_ffn_weights f = make_cpu_ffn(t, d_model, d_ff, rng);
+    const ffn_layer layer = layer_of(f);
+    const std::size_t n = 4;
+    const std::vector<float> input = random_vector(n * d_model, rng);
+    const std::vector<float> residual = random_vector(n * d_model, rng);
+    cpu_backend cpu;
+    cpu.tuning.read_all_from = 1.0;  // the one-token calls gather too
+    const neuron_sparse_ffn op{magnitude{}, top_k::by_count(d_ff / 10), score_source::gate_activation, cpu};
+    std::vector<float> out = residual;
+    std::vector<selection> kept;
+    selection united;
+    ffn_scratch s;
+    cpu::executor ex;
+    REQUIRE(op.batch(0, layer, matrix_view<const float>::packed(input.data(), n, d_model),
+                     matrix_view<float>::packed(out.data(), n, d_model), kept, united, s, ex));
+    REQUIRE(kept.size() == n);
+    std::vector<std::uint32_t> all;
+    for (std::size_t k = 0; k < n; ++k) {
+      // Each token's own set is the one-token call's.
+      std::vector<float> y(d_model);
+      selection alone;
+      ffn_scratch one;
+      REQUIRE(op(layer, std::span<const float>(input.data() + k * d_model, d_model), y, alone, one, ex));
+      CHECK(alone.indices == kept[k].indices);
+      all.insert(all.end(), alone.indices.begin(), alone.indices.end());
+    }
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    CHECK(united.indices == all);
+    CHECK(united.size() > kept[0].size());  // random inputs: the sets differ
+    CHECK(s.reads.up_rows == united.size());
+    // Each token's update: the FFN over the union, with the gate the one-token call computes.
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::span<const float> x(input.data() + k * d_model, d_model);
+      std::vector<float> g = backend_gemv(cpu, f.gate.view, x);
+      cpu.activate(activation::silu, g);
+      std::vector<float> y(d_model);
+      const auto want = run_cpu(gated_ffn_args{layer, x, y, subset::only(united.indices), g}, {}, cpu);
+      for (std::size_t c = 0; c < d_model; ++c) {
+        CHECK(out[k * d_model + c] == residual[k * d_model + c] + want[c]);
+      }
+    }
+  }
+}
+
 TEST_CASE("cpu gated FFN with q8_0 / q4_0 weights, integer path: the integer GEMV then the row axpy, bit for bit") {
   std::mt19937 rng(49);
   for (const dtype t : {dtype::q8_0, dtype::q4_0}) {
@@ -724,14 +903,7 @@ TEST_CASE("cpu gated FFN with interleaved q8_0 / q4_0 weights: the interleaved G
         INFO(name(t), " d_model ", d_model, " d_ff ", d_ff);
         cpu_backend cpu;
         cpu.layouts = &layouts;
-        cpu::executor ex;
-        const auto gemv = [&](const weight_view& w, std::span<const float> in) {
-          std::vector<float> out(w.rows);
-          const gemv_args a{w, in, out, subset::everything()};
-          std::vector<std::byte> workspace(cpu.workspace_size(a));
-          REQUIRE(cpu.run(a, workspace, ex));
-          return out;
-        };
+        const auto gemv = [&](const weight_view& w, std::span<const float> in) { return backend_gemv(cpu, w, in); };
         // Every row read: gate and up, h_j = act(g_j)·u_j (0 for a dropped neuron), y = W_down·h,
         // each by the interleaved GEMV.
         const auto composed = [&](const std::vector<std::uint32_t>* only) {
@@ -774,6 +946,92 @@ TEST_CASE("cpu gated FFN with interleaved q8_0 / q4_0 weights: the interleaved G
         CHECK(same_bits(run_cpu(with(subset::everything()), {}, f32_path),
                         run_cpu(with(subset::everything()), {}, cpu_backend{.int8_activations = false})));
       });
+    }
+  }
+}
+
+TEST_CASE("cpu gated FFN with W_down in column blocks: lossless, one layout for dense and sparse, no down_t") {
+  std::mt19937 rng(54);
+  const reference_backend ref;
+  for (const dtype t : {dtype::q8_0, dtype::q4_0}) {
+    for (const auto [d_model, d_ff] : {std::array<std::size_t, 2>{64, 96}, {1120, 224}, {96, 2080}}) {
+      const cpu_ffn_weights f = make_cpu_ffn(t, d_model, d_ff, rng);
+      cpu::weight_layouts layouts;
+      (void)layouts.add_interleaved(f.gate.view);  // read whole
+      const cpu::column_blocks_view columns = layouts.add_column_blocks(f.down.view);
+      const ffn_layer layer{activation::silu, f.gate.view, f.up.view, f.down.view, weight_view{}};  // no down_t
+      const std::vector<float> x = random_vector(d_model, rng);
+      std::vector<float> y(d_model);
+      const std::vector<std::uint32_t> kept = random_subset(d_ff, 0.1, rng);
+      const std::vector<std::uint32_t> most = random_subset(d_ff, 0.85, rng);  // past every crossover
+      std::vector<std::uint32_t> clustered;  // whole 32-neuron columns, as after a reordering
+      for (std::uint32_t j = 0; j < d_ff; ++j) {
+        if ((j / 32) % 3 == 1) clustered.push_back(j);
+      }
+      for_each_target([&] {
+        INFO(name(t), " d_model ", d_model, " d_ff ", d_ff);
+        cpu_backend cpu;
+        cpu.layouts = &layouts;
+        const auto gemv = [&](const weight_view& w, std::span<const float> in) { return backend_gemv(cpu, w, in); };
+        // act(g) from the gate's copy, given (as neuron_sparse_ffn gives it), u row by row, h, and
+        // the down projection from the column blocks over the kept neurons only.
+        std::vector<float> g = gemv(f.gate.view, x);
+        cpu.activate(activation::silu, g);
+        const auto with = [&](subset neurons) { return gated_ffn_args{layer, x, y, neurons, g}; };
+        const auto composed = [&](const std::vector<std::uint32_t>* only) {
+          const std::vector<float> u = gemv(f.up.view, x);
+          std::vector<float> h(d_ff);
+          for (std::size_t j = 0; j < d_ff; ++j) h[j] = g[j] * u[j];
+          std::vector<float> out(d_model, -1.0F);
+          cpu::detail::column_blocks_down(columns, only != nullptr ? only->data() : nullptr,
+                                          only != nullptr ? only->size() : 0, h.data(), 0, d_model, out.data());
+          return out;
+        };
+        REQUIRE(cpu.can_implement(with(subset::only(kept))));
+        const cpu::ffn_plan plan = cpu.plan(with(subset::only(kept)), 1);
+        CHECK(plan.down == cpu::down_path::column_blocks);
+        CHECK(plan.down_columns_copy == layouts.column_blocks(f.down.view));
+        const auto dense = run_cpu(with(subset::everything()), {}, cpu);
+        CHECK(same_bits(dense, composed(nullptr)));
+        const std::vector<std::uint32_t> every_index = all_indices(d_ff);
+        CHECK(same_bits(run_cpu(with(subset::only(every_index)), {}, cpu), dense));  // keep-all
+        for (const auto* set : std::array<const std::vector<std::uint32_t>*, 3>{&kept, &most, &clustered}) {
+          const auto sparse = run_cpu(with(subset::only(*set)), {}, cpu);
+          CHECK(same_bits(sparse, composed(set)));
+          for (const std::size_t threads : {2U, 3U}) {
+            cpu::thread_pool pool(threads);
+            CHECK(same_bits(run_cpu(with(subset::only(*set)), cpu::executor(pool), cpu), sparse));
+          }
+          // Against the double oracle on the model's own W_down blocks: the only differences are
+          // x's 8-bit quantization in gate and up and f32 rounding (no second rounding of W_down).
+          std::vector<float> want(d_model);
+          REQUIRE(ref.run_with_scratch(gated_ffn_args{layer, x, want, subset::only(*set)}));
+          double diff = 0.0, norm = 0.0;
+          for (std::size_t i = 0; i < d_model; ++i) {
+            diff += (sparse[i] - want[i]) * (sparse[i] - want[i]);
+            norm += static_cast<double>(want[i]) * want[i];
+          }
+          INFO("relative L2 to the oracle ", std::sqrt(diff / norm));
+          CHECK(std::sqrt(diff / norm) < 0.05);  // measured 0.028 at worst (q8_0, 10 of 96 neurons)
+        }
+        const std::vector<std::uint32_t> none;
+        CHECK(same_bits(run_cpu(with(subset::only(none)), {}, cpu), std::vector<float>(d_model, 0.0F)));
+        // Without the copy a sparse call has no down projection to read.
+        CHECK_FALSE(cpu_backend{}.can_implement(gated_ffn_args{layer, x, y, subset::only(kept)}));
+      });
+      // The op reports the kept neurons and the block columns whose scales it read.
+      cpu_backend cpu;
+      cpu.layouts = &layouts;
+      const neuron_sparse_ffn op{magnitude{}, top_k::by_count(d_ff / 10), score_source::gate_activation, cpu};
+      selection chosen;
+      ffn_scratch s;
+      cpu::executor ex;
+      REQUIRE(op(layer, x, y, chosen, s, ex));
+      std::vector<std::uint32_t> blocks;
+      for (const std::uint32_t j : chosen.indices) blocks.push_back(j / 32);
+      blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
+      CHECK(s.reads.down_columns == blocks.size());
+      CHECK(s.reads.down_rows == chosen.size());
     }
   }
 }

@@ -695,6 +695,92 @@ TEST_CASE("cpu::interleave_rows: lossless (each row reads back as its blocks), o
   CHECK_THROWS_WITH_AS((void)cpu::interleave_rows(ragged), doctest::Contains("a multiple of 32 values per row"), error);
 }
 
+TEST_CASE("cpu::column_blocks: lossless (each row reads back as its blocks), the down kernel, and their errors") {
+  std::mt19937 rng(64);
+  for (const dtype t : block_dtypes) {
+    for (const std::size_t rows : {32U, 96U, 1120U}) {
+      for (const std::size_t cols : {32U, 224U}) {
+        const test_weights w = random_block_weights(t, rows, cols, rng);  // every byte value
+        const cpu::column_blocks_weights cb = cpu::column_blocks(w.view);
+        INFO(name(t), " rows ", rows, " cols ", cols);
+        CHECK(cb.bytes.size() == rows * row_bytes(t, cols));  // the model's bytes, no more
+        CHECK(cpu::column_blocks_bytes(w.view) == cb.bytes.size());
+        CHECK(cb.view.column_bytes() * (cols / 32) == cb.bytes.size());
+        std::vector<std::byte> row(row_bytes(t, cols));
+        for (std::size_t i = 0; i < rows; ++i) {
+          cpu::column_blocks_row(cb.view, i, row.data());
+          REQUIRE(std::memcmp(row.data(), static_cast<const std::byte*>(w.view.data) + i * w.view.row_stride,
+                              row.size()) == 0);
+        }
+        // y = W·h over a kept set (and every neuron) against the double sum of the same terms:
+        // the weights exact, f32 rounding only.
+        std::vector<float> h = varied_vector(cols, rng);
+        for (std::size_t j = 0; j < cols; j += 7) h[j] = 0.0F;
+        const std::vector<std::uint32_t> kept = random_subset(cols, 0.3, rng);
+        const std::vector<std::uint32_t> every = all_indices(cols);
+        for_each_target([&] {
+          for (const auto* set : std::array<const std::vector<std::uint32_t>*, 2>{&kept, &every}) {
+            std::vector<float> y(rows, -1.0F);
+            cpu::detail::column_blocks_down(cb.view, set->data(), set->size(), h.data(), 0, rows, y.data());
+            for (std::size_t i = 0; i < rows; ++i) {
+              double want = 0.0, magnitude = 0.0;
+              for (const std::uint32_t j : *set) {
+                want += static_cast<double>(h[j]) * w.values(static_cast<Eigen::Index>(i), j);
+                magnitude += std::fabs(static_cast<double>(h[j]) * w.values(static_cast<Eigen::Index>(i), j));
+              }
+              REQUIRE(std::fabs(y[i] - want) <= 1e-5 * magnitude + 1e-30);
+            }
+            if (rows > 32) {  // a row range: the same bits as the whole
+              std::vector<float> part(rows, -1.0F);
+              cpu::detail::column_blocks_down(cb.view, set->data(), set->size(), h.data(), 32, rows, part.data());
+              CHECK(same_bits(std::span<const float>(part).subspan(32), std::span<const float>(y).subspan(32)));
+              CHECK(part[0] == -1.0F);
+            }
+            if (set == &every) {  // every index listed: the bits of the dense call (no list)
+              std::vector<float> dense(rows);
+              cpu::detail::column_blocks_down(cb.view, nullptr, 0, h.data(), 0, rows, dense.data());
+              CHECK(same_bits(dense, y));
+            }
+          }
+        });
+      }
+    }
+  }
+  const test_weights q4 = make_weights(dtype::q4_0, 64, 96, rng);
+  const cpu::column_blocks_weights cb = cpu::column_blocks(q4.view);
+  // Into the engine's buffer: the same bytes; a short buffer is refused.
+  std::vector<std::byte> buffer(cb.bytes.size());
+  (void)cpu::column_blocks_into(q4.view, buffer);
+  CHECK(buffer == cb.bytes);
+  std::vector<std::byte> small(cb.bytes.size() - 1);
+  CHECK_THROWS_WITH_AS((void)cpu::column_blocks_into(q4.view, small), doctest::Contains("column_blocks_bytes(w)"),
+                       error);
+  const test_weights odd = make_weights(dtype::q8_0, 33, 64, rng);
+  CHECK_THROWS_WITH_AS((void)cpu::column_blocks(odd.view),
+                       doctest::Contains("'w.rows' is 33; expected a positive multiple of 32"), error);
+  const test_weights f = make_weights(dtype::f16, 32, 64, rng);
+  CHECK_THROWS_WITH_AS((void)cpu::column_blocks(f.view),
+                       doctest::Contains("q8_0 or q4_0 (the dtypes with a column-block layout)"), error);
+  const std::vector<float> h(96, 1.0F);
+  std::vector<float> y(64);
+  CHECK_THROWS_WITH_AS(cpu::detail::column_blocks_down(cb.view, nullptr, 0, h.data(), 16, 64, y.data()),
+                       doctest::Contains("'[begin, end)' is \"[16, 64)\"; expected multiples of 32"), error);
+  CHECK_THROWS_WITH_AS(cpu::detail::column_blocks_down(cb.view, nullptr, 0, h.data(), 0, 96, y.data()),
+                       doctest::Contains("'end' is 96; expected in [begin, w.rows] = [0, 64]"), error);
+  // The layouts table: one copy per matrix, found by the source view only.
+  cpu::weight_layouts layouts;
+  (void)layouts.add_column_blocks(q4.view);
+  CHECK(layouts.column_blocks(q4.view) != nullptr);
+  CHECK(layouts.interleaved(q4.view) == nullptr);
+  CHECK(layouts.bytes() == cb.bytes.size());
+  CHECK_THROWS_WITH_AS((void)layouts.add_column_blocks(q4.view), doctest::Contains("one column-block copy per matrix"),
+                       error);
+  cpu::column_blocks_view wrong = cb.view;
+  wrong.rows = 32;
+  CHECK_THROWS_WITH_AS((void)cpu::weight_layouts{}.add_borrowed(q4.view, wrong),
+                       doctest::Contains("the layout of the source matrix"), error);
+}
+
 TEST_CASE("cpu integer kernels: VNNI on every x86 target that has it, AVX2 or the portable body on the others") {
   // Each target this program can run, forced in turn: AVX3_DL (AVX-512 VNNI) runs vpdpbusd,
   // AVX3 and AVX2 vpmaddubsw, every other target the portable code (the bits of all of them

@@ -145,6 +145,22 @@ inline void check_shapes(const token_ffn_args& a, std::string_view where) {
   detail::check_size(a.residual.cols, a.weights.d_model(), where, "residual.cols", "d_model = gate.cols");
   detail::check_size(a.residual.rows, a.input.rows, where, "residual.rows", "input.rows, one residual row per token");
   detail::check_subset_bounds(a.tokens, a.input.rows, where, "tokens", "input.rows");
+  detail::check_subset_bounds(a.neurons, a.weights.d_ff(), where, "neurons", "d_ff = gate.rows");
+  if (a.gate_act.rows != 0 || a.gate_act.cols != 0) {
+    validate(a.gate_act, where, "gate_act");
+    detail::check_size(a.gate_act.rows, a.input.rows, where, "gate_act.rows", "input.rows, one gate row per token");
+    detail::check_size(a.gate_act.cols, a.weights.d_ff(), where, "gate_act.cols",
+                       "d_ff = gate.rows, or an empty view to compute the gate here");
+  }
+}
+
+inline void check_shapes(const batched_gemv_args& a, std::string_view where) {
+  validate(a.w, where, "w");
+  validate(a.x, where, "x");
+  validate(a.y, where, "y");
+  detail::check_size(a.x.cols, a.w.cols, where, "x.cols", "w.cols");
+  detail::check_size(a.y.rows, a.x.rows, where, "y.rows", "x.rows, one output row per token");
+  detail::check_size(a.y.cols, a.w.rows, where, "y.cols", "w.rows");
 }
 
 // A stacked projection: a valid first matrix, `count` experts, and expert strides that hold a
@@ -244,7 +260,9 @@ inline void check_arguments(const gated_ffn_args& a, std::string_view where) {
 inline void check_arguments(const token_ffn_args& a, std::string_view where) {
   check_shapes(a, where);
   detail::check_subset(a.tokens, a.input.rows, where, "tokens", "input.rows");
+  detail::check_subset(a.neurons, a.weights.d_ff(), where, "neurons", "d_ff = gate.rows");
 }
+inline void check_arguments(const batched_gemv_args& a, std::string_view where) { check_shapes(a, where); }
 
 inline void check_arguments(const moe_ffn_args& a, std::string_view where) {
   check_shapes(a, where);

@@ -97,13 +97,27 @@ struct gated_ffn_args {
   borrowed_span<const float> gate_act{};  // optional, d_ff
 };
 
-// Token-sparse FFN (prefill): residual[t] += FFN(input[t]) for t in tokens; the other
-// rows of residual are left as they are.
+// Y[t] = W · X[t] for every row t of X: the dense GEMV of a few tokens at once (a decode
+// batch, the gate of a speculative verify pass), each weight row read once for all of them.
+// Each Y[t] is what gemv_args gives for that token (the CPU backend: bit for bit).
+struct batched_gemv_args {
+  weight_view w;               // [rows × cols]
+  matrix_view<const float> x;  // [tokens × cols]
+  matrix_view<float> y;        // [tokens × rows], overwritten
+};
+
+// Token FFN: residual[t] += FFN(input[t]) for t in tokens; the other rows of residual are left
+// as they are. Token-sparse prefill keeps every neuron; a decode batch or a speculative verify
+// pass passes in `neurons` the union of its tokens' selections, so every kept token's update is
+// the neuron-sparse FFN over that union (each weight row of the union read once for all
+// tokens), and in `gate_act` the gate it already computed to select them.
 struct token_ffn_args {
   ffn_layer weights;
   matrix_view<const float> input;  // [tokens × d_model], the FFN input (normalised)
   matrix_view<float> residual;     // [tokens × d_model], updated in place
   subset tokens;
+  subset neurons = subset::everything();  // sorted, unique (the union)
+  matrix_view<const float> gate_act{};    // optional [tokens × d_ff]: act(W_gate·input[t])
 };
 
 // ---- Mixture of experts ------------------------------------------------------------------

@@ -16,9 +16,11 @@
 #include <actsparse/schedules/uniform_schedule.hpp>
 #include <actsparse/selectors/top_k.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
@@ -41,6 +43,11 @@ struct ffn_reads {
   // interleaved: it read them from interleaved copies (cpu::weight_layouts). Both false otherwise.
   bool every_row = false;
   bool interleaved = false;
+  // down_columns: W_down was read from its column blocks (cpu::column_blocks, q8_0 / q4_0,
+  // lossless): the count of 32-neuron block columns holding a kept neuron, whose d_model f16
+  // scales were read besides the kept neurons' quants (down_rows of them); 0 when read
+  // otherwise. W_down's bytes read: down_rows·d_model·(1 or 1/2) + down_columns·d_model·2.
+  std::size_t down_columns = 0;
 };
 
 // Buffers a neuron_sparse_ffn reuses from call to call (they grow once, then stay).
@@ -57,6 +64,8 @@ struct ffn_scratch {
   selection refined;                      // the second stage's choice among them (positions)
   ffn_reads reads;                        // what the last call read
   std::vector<std::byte> workspace;       // the backend's
+  std::vector<float> gates;               // a batch: act(W_gate·x_t) per token [tokens × d_ff]
+  std::vector<std::uint32_t> merged;      // a batch: the union being merged
 };
 
 namespace detail {
@@ -121,6 +130,87 @@ struct neuron_sparse_ffn {
     return token(layer, w, x, gate, y, kept, s, ex);
   }
 
+  // A batch of decode tokens, or the tokens of a speculative verify pass: every row t of
+  // `input` selects its own set S_t (kept[t], as a call for that token alone would, from the
+  // gate computed here for all rows at once), and the FFN runs over the union U = ∪ S_t
+  // (`united`) for every row: residual[t] += FFN_U(input[t]), each weight row of U read once
+  // for the batch (token_ffn_args with neurons = U, the gate given). Each row's update equals
+  // the one-token FFN over U (the union gathered) bit for bit on the CPU backend; the union
+  // grows with the batch (benchmarks: cpu_ffn_batch, cpu_ffn_spec). s.reads counts the union.
+  // Not for layers whose schedule gives a second stage or a gate predictor, nor a score from h
+  // (clear errors): those read per token what a batch reads once.
+  status batch(std::size_t layer, const ffn_layer& w, matrix_view<const float> input, matrix_view<float> residual,
+               std::vector<selection>& kept, selection& united, ffn_scratch& s,
+               typename Backend::executor_type& ex) const {
+    constexpr std::string_view where = "neuron_sparse_ffn::batch";
+    ACTSPARSE_REQUIRE_BACKEND_FOR(Backend, token_ffn_args);
+    const auto setting = schedule.at(layer);
+    const std::size_t d_ff = w.d_ff();
+    const std::size_t n = input.rows;
+    detail::require(layer_gate_predictor(setting) == nullptr, where, "schedule", "a gate predictor",
+                    "a layer without a gate predictor (a batch computes the gate once for every token)");
+    detail::require(!layer_refine(setting).cuts(d_ff), where, "schedule", "a second stage",
+                    "a layer without a second stage (it reads per token what a batch reads once)");
+    detail::require(source != score_source::hidden, where, "source", name(source),
+                    "gate_preactivation or gate_activation (a score from h reads every row per token)");
+    kept.resize(n);
+    united.reset(d_ff);
+    s.gates.resize(n * d_ff);
+    const matrix_view<float> gates{s.gates.data(), n, d_ff, d_ff * sizeof(float)};
+    status st = status::ok();
+    if (n > 0) {
+      if constexpr (backend_for<Backend, batched_gemv_args>) {
+        st = run(backend, batched_gemv_args{w.gate, input, gates}, s.workspace, ex);
+      } else {
+        for (std::size_t t = 0; t < n && st; ++t) {
+          st = run(backend,
+                   gemv_args{w.gate, std::span<const float>(input.row(t), input.cols),
+                             std::span<float>(gates.row(t), d_ff), subset::everything()},
+                   s.workspace, ex);
+        }
+      }
+    }
+    if (!st) return st;
+    if (layer_is_dense(setting)) {
+      for (selection& k : kept) {
+        k.reset(d_ff);
+        k.keep_all(d_ff, fallback_reason::dense_layer);
+      }
+      united.keep_all(d_ff, fallback_reason::dense_layer);
+    } else {
+      const auto& layer_score = layer_scorer(scorer, setting);
+      for (std::size_t t = 0; t < n; ++t) {
+        const std::span<float> g(gates.row(t), d_ff);
+        std::span<const float> values = g;
+        if (source == score_source::gate_preactivation) {
+          s.preactivation.assign(g.begin(), g.end());
+          values = s.preactivation;
+        }
+        detail::activate(backend, w.act, g);
+        const auto in = neuron_input<std::decay_t<decltype(layer_score)>>(values, w.act);
+        s.scores.resize(layer_score.score_count(in));
+        layer_score.score(in, s.scores);
+        const Selector select =
+            layer_selector(selector, setting, layer_input{std::span<const float>(input.row(t), input.cols), &s.token});
+        select.select(std::span<const float>(s.scores), kept[t]);
+        s.merged.clear();
+        std::set_union(united.indices.begin(), united.indices.end(), kept[t].indices.begin(), kept[t].indices.end(),
+                       std::back_inserter(s.merged));
+        united.indices.swap(s.merged);
+      }
+    }
+    if (layer_is_dense(setting)) {
+      for (std::size_t t = 0; t < n; ++t) detail::activate(backend, w.act, std::span<float>(gates.row(t), d_ff));
+    }
+    const std::size_t u = united.size();
+    s.reads = {d_ff, u, u, 0};
+    const subset neurons = u == d_ff ? subset::everything() : subset::only(united.indices);
+    return run(backend,
+               token_ffn_args{w, input, residual, subset::everything(), neurons,
+                              matrix_view<const float>{gates.data, n, d_ff, d_ff * sizeof(float)}},
+               s.workspace, ex);
+  }
+
   // The same for an op whose schedule is uniform (every layer alike): no layer to name.
   status operator()(const ffn_layer& w, std::span<const float> x, std::span<float> y, selection& kept, ffn_scratch& s,
                     typename Backend::executor_type& ex) const requires std::same_as<Schedule, uniform_schedule> {
@@ -139,6 +229,19 @@ struct neuron_sparse_ffn {
       const auto plan = backend.plan(a, ex.concurrency());
       s.reads.every_row = plan.every_row();
       s.reads.interleaved = plan.up_interleaved != nullptr;
+      s.reads.down_columns = 0;
+      if (plan.down_columns) {
+        const std::size_t d_ff = a.weights.d_ff();
+        if (a.neurons.all) {
+          s.reads.down_columns = (d_ff + 31) / 32;
+        } else {
+          std::size_t last = d_ff;  // no column yet
+          for (const std::uint32_t j : a.neurons.indices) {
+            if (j / 32 != last) ++s.reads.down_columns;
+            last = j / 32;
+          }
+        }
+      }
     }
   }
 

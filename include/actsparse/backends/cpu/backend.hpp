@@ -104,6 +104,9 @@ struct cpu_backend {
     return one.bytes >= more.bytes ? one : more;
   }
   [[nodiscard]] cpu::token_plan plan(const token_ffn_args& a) const noexcept { return cpu::make_plan(a, options()); }
+  [[nodiscard]] cpu::batched_gemv_plan plan(const batched_gemv_args& a) const noexcept {
+    return cpu::make_plan(a, options());
+  }
   [[nodiscard]] cpu::moe_plan plan(const moe_ffn_args& a, std::size_t threads = 1) const noexcept {
     return cpu::make_plan(a, threads, options());
   }
@@ -116,10 +119,18 @@ struct cpu_backend {
   [[nodiscard]] status can_implement(const gated_ffn_args& a) const noexcept {
     const ffn_layer& f = a.weights;
     if (const status s = layer(f); !s) return s;
-    if (f.down_t.absent() && !a.neurons.all) return status::not_handled(needs_down_t);
+    if (f.down_t.absent() && !a.neurons.all) {
+      const bool blocks = !f.down.absent() && layouts != nullptr && layouts->column_blocks(f.down) != nullptr;
+      if (!blocks) return status::not_handled(needs_down_t);
+    }
     return status::ok();
   }
-  [[nodiscard]] status can_implement(const token_ffn_args& a) const noexcept { return layer(a.weights); }
+  [[nodiscard]] status can_implement(const token_ffn_args& a) const noexcept {
+    if (const status s = layer(a.weights); !s) return s;
+    if (!a.neurons.all && a.weights.down_t.absent()) return status::not_handled(needs_down_t);
+    return status::ok();
+  }
+  [[nodiscard]] status can_implement(const batched_gemv_args& a) const noexcept { return weights(a.w); }
   [[nodiscard]] status can_implement(const moe_ffn_args& a) const noexcept {
     const moe_experts& x = a.experts;
     for (const stacked_view* v : {&x.gate, &x.up, x.down_t.absent() ? &x.down : &x.down_t}) {
@@ -147,6 +158,46 @@ struct cpu_backend {
     const cpu::gemv_plan p = plan(a);
     std::byte* const ws = cpu_workspace(workspace, p.bytes, where);
     gemv(a.w, p, p.dense ? nullptr : a.rows.indices.data(), a.rows.count(a.w.rows), a.x.data(), ws, a.y.data(), ex);
+    return status::ok();
+  }
+
+  // Y[t] = W·X[t]: x quantized per token (integer path), then row tasks, each reading its rows
+  // once for every token (gemm_rows / gemm_rows_q8x: each value the bits of gemv_args's).
+  status run(const batched_gemv_args& a, std::span<std::byte> workspace, executor_type& ex) const {
+    constexpr std::string_view where = "cpu::batched_gemv";
+    if (!ex.can_sync()) return status::not_handled(needs_barrier);
+    check_shapes(a, where);
+    const cpu::batched_gemv_plan p = plan(a);
+    if (p.tokens == 0) return status::ok();
+    std::byte* const ws = cpu_workspace(workspace, p.bytes, where);
+    std::byte* const pointers = ws + p.pointers_at;  // per token: x (or q, then d), y
+    auto** const y = reinterpret_cast<float**>(pointers + 2 * p.tokens * sizeof(void*));
+    for (std::size_t i = 0; i < p.tokens; ++i) y[i] = a.y.row(i);
+    const cpu::kernel_tuning& t = tuning.kernels;
+    if (p.quantize_x) {
+      auto** const xq = reinterpret_cast<const std::int8_t**>(pointers);
+      auto** const xd = reinterpret_cast<const float**>(pointers + p.tokens * sizeof(void*));
+      ex.parallel_for(p.tokens, [&](std::size_t i) {
+        const cpu::quantized_x q = cpu::quantized_at(ws + p.x_at + i * p.x_stride, a.w.cols);
+        quantize(a.x.row(i), a.w.cols, q, false);
+        xq[i] = q.q;
+        xd[i] = q.d;
+      });
+      ex.sync();
+      cpu::for_each_row_task(a.w.rows, ex, [&](std::size_t b, std::size_t e) {
+        cpu::detail::gemm_rows_q8x(a.w, b, e, xq, xd, p.tokens, y);
+      });
+    } else {
+      auto** const x = reinterpret_cast<const float**>(pointers);
+      for (std::size_t i = 0; i < p.tokens; ++i) x[i] = a.x.row(i);
+      cpu::for_each_row_task(a.w.rows, ex, [&](std::size_t b, std::size_t e) {
+        if (cpu::support(a.w.type).int8_activations) {  // q8_0 / q4_0 with int8_activations off
+          for (std::size_t i = 0; i < p.tokens; ++i) cpu::detail::gemv_rows(a.w, nullptr, b, e, x[i], y[i], t);
+        } else {
+          cpu::detail::gemm_rows(a.w, b, e, x, p.tokens, y);
+        }
+      });
+    }
     return status::ok();
   }
 
@@ -200,7 +251,9 @@ struct cpu_backend {
     check_tuning(where);
     const ffn_layer& f = a.weights;
     const cpu::ffn_plan p = plan(a, ex.concurrency());
-    if (f.down_t.absent() && !p.every_row()) return status::not_handled(needs_down_t);
+    if (p.rows == cpu::phase1_rows::kept_rows && p.down == cpu::down_path::gemv) {
+      return status::not_handled(needs_down_t);
+    }
     std::byte* const ws = cpu_workspace(workspace, p.bytes, where);
     auto* const u = reinterpret_cast<float*>(ws + p.u_at);
     auto* const g = reinterpret_cast<float*>(ws + p.g_at);
@@ -253,6 +306,19 @@ struct cpu_backend {
     ex.sync();
     auto* const partials = reinterpret_cast<float*>(ws + p.partials_at);
     switch (p.down) {
+      case cpu::down_path::column_blocks: {
+        // One contiguous range of rows (whole groups of 32) per thread.
+        const cpu::column_blocks_view& w = *p.down_columns_copy;
+        const std::size_t groups = p.d_model / 32;
+        const std::size_t parts = std::min(ex.concurrency(), groups);
+        const std::uint32_t* list = a.neurons.all ? nullptr : kept;
+        ex.parallel_for(parts, [&](std::size_t k) {
+          const std::size_t b = groups * k / parts * 32;
+          const std::size_t e = groups * (k + 1) / parts * 32;
+          cpu::detail::column_blocks_down(w, list, p.kept, h, b, e, a.y.data());
+        });
+        break;
+      }
       case cpu::down_path::interleaved_gemv: {
         const cpu::quantized_x qh = cpu::quantized_at(ws + p.h_quantized_at, p.d_ff);
         ex.parallel_for(1, [&](std::size_t) { quantize(h, p.d_ff, qh, true); });
@@ -277,11 +343,14 @@ struct cpu_backend {
     return status::ok();
   }
 
-  // residual[t] += FFN(input[t]) for the kept tokens t (token-sparse prefill). The weights are
-  // read once per call, not per token: phase 1 walks gate and up in groups of 8 rows (cache
-  // resident while every kept token uses them), phase 2 walks down_t in tiles of 64 output
-  // columns (or W_down in groups of 8 rows). A kept token's update equals the dense gated FFN
-  // of that token bit for bit, whatever else is kept and on any thread count.
+  // residual[t] += FFN(input[t]) for the kept tokens t (token-sparse prefill; over a neuron
+  // union for a decode batch or a verify pass). The weights are read once per call, not per
+  // token: phase 1 runs the multi-token GEMVs over up and gate (the union's rows, or every row;
+  // the gate skipped when gate_act is given) in 64-row tasks, each weight row loaded once for
+  // several tokens; phase 2 the multi-token row axpy over down_t in tiles of 64 output columns
+  // (or W_down in groups of 8 rows for every neuron; a neuron union needs down_t). A kept token's update equals the
+  // decode gated FFN of that token over the same neurons (the union gathered) bit for bit, whatever else is kept and on
+  // any thread count.
   status run(const token_ffn_args& a, std::span<std::byte> workspace, executor_type& ex) const {
     constexpr std::string_view where = "cpu::token_ffn";
     if (!ex.can_sync()) return status::not_handled(needs_barrier);
@@ -289,10 +358,10 @@ struct cpu_backend {
     const ffn_layer& f = a.weights;
     const cpu::token_plan p = plan(a);
     if (p.tokens == 0) return status::ok();
+    if (!a.neurons.all && f.down_t.absent()) return status::not_handled(needs_down_t);
     std::byte* const ws = cpu_workspace(workspace, p.bytes, where);
     const std::size_t d_ff = f.d_ff();
     const std::size_t d_model = f.d_model();
-    auto* const g = reinterpret_cast<float*>(ws + p.g_at);
     auto* const h = reinterpret_cast<float*>(ws + p.h_at);
     auto* const y = reinterpret_cast<float*>(ws + p.y_at);
     const auto token = [&](std::size_t i) { return a.tokens.all ? i : a.tokens.indices[i]; };
@@ -303,39 +372,82 @@ struct cpu_backend {
       ex.parallel_for(p.tokens, [&](std::size_t i) { quantize(a.input.row(token(i)), d_model, quantized(i), false); });
       ex.sync();
     }
-    const auto rows_of = [&](const weight_view& w, bool int8, std::size_t i, std::size_t b, std::size_t e, float* out) {
+    // Per token: its quantized x (or x), its u and g rows, its h and y (the kernels' pointer arrays).
+    const std::uint32_t* const list = a.neurons.all ? nullptr : a.neurons.indices.data();
+    std::byte* const pointers = ws + p.pointers_at;
+    auto** const xq = reinterpret_cast<const std::int8_t**>(pointers);
+    auto** const xd = reinterpret_cast<const float**>(pointers + p.tokens * sizeof(void*));
+    auto** const xf = reinterpret_cast<const float**>(pointers + 2 * p.tokens * sizeof(void*));
+    auto** const ur = reinterpret_cast<float**>(pointers + 3 * p.tokens * sizeof(void*));
+    auto** const gr = reinterpret_cast<float**>(pointers + 4 * p.tokens * sizeof(void*));
+    auto* const u = reinterpret_cast<float*>(ws + p.u_at);
+    auto* const g = reinterpret_cast<float*>(ws + p.g_at);
+    for (std::size_t i = 0; i < p.tokens; ++i) {
+      const cpu::quantized_x q = quantized(i);
+      xq[i] = q.q;
+      xd[i] = q.d;
+      xf[i] = a.input.row(token(i));
+      ur[i] = u + i * p.neurons;
+      gr[i] = g + i * p.neurons;
+    }
+    // Rows [b, e) of w (positions of the neuron list) for every token: out[i][k] for k in [b, e),
+    // each weight row read once for several tokens (each value the token's GEMV bits).
+    const auto rows_of = [&](const weight_view& w, bool int8, std::size_t b, std::size_t e, float* const* out) {
       if (int8) {
-        const cpu::quantized_x q = quantized(i);
-        cpu::detail::gemv_rows_q8x(w, nullptr, b, e, q.q, q.d, out, t);
-      } else {
-        cpu::detail::gemv_rows(w, nullptr, b, e, a.input.row(token(i)), out, t);
+        cpu::detail::gemm_rows_q8x(w, b, e, xq, xd, p.tokens, out, list);
+      } else if (info(w.type).block_values == 1) {
+        cpu::detail::gemm_rows(w, b, e, xf, p.tokens, out, list);
+      } else {  // q8_0 / q4_0 on f32 x: one token at a time
+        for (std::size_t i = 0; i < p.tokens; ++i) cpu::detail::gemv_rows(w, list, b, e, xf[i], out[i], t);
       }
     };
-    constexpr std::size_t group = 8;
-    cpu::for_each_row_task(d_ff, ex, [&](std::size_t begin, std::size_t end) {
-      for (std::size_t r = begin; r < end; r += group) {
-        const std::size_t e = std::min(r + group, end);
-        for (std::size_t i = 0; i < p.tokens; ++i) {
-          rows_of(f.up, p.up_int8, i, r, e, h + i * d_ff);
-          rows_of(f.gate, p.gate_int8, i, r, e, g + i * d_ff);
-          cpu::detail::activate(f.act, g + i * d_ff + r, e - r);
-          for (std::size_t j = r; j < e; ++j) h[i * d_ff + j] *= g[i * d_ff + j];
+    cpu::for_each_row_task(p.neurons, ex, [&](std::size_t begin, std::size_t end) {
+      rows_of(f.up, p.up_int8, begin, end, ur);
+      if (!p.gate_given) rows_of(f.gate, p.gate_int8, begin, end, gr);
+      for (std::size_t i = 0; i < p.tokens; ++i) {
+        if (p.gate_given) {
+          const float* ga = a.gate_act.row(token(i));
+          for (std::size_t k = begin; k < end; ++k) gr[i][k] = ga[list != nullptr ? list[k] : k];
+        } else {
+          cpu::detail::activate(f.act, gr[i] + begin, end - begin);
         }
+        for (std::size_t k = begin; k < end; ++k) h[i * d_ff + (list != nullptr ? list[k] : k)] = gr[i][k] * ur[i][k];
       }
     });
     ex.sync();
     if (!f.down_t.absent()) {  // y_i = Σ_j h_i[j]·down_t[j, :], tile by tile: the decode FFN's chunked order
-      const cpu::row_chunks ch = cpu::cut_rows(d_ff, nullptr, d_ff);
+      const cpu::row_chunks ch = cpu::cut_rows(d_ff, list, p.neurons);
       const std::size_t tiles = (d_model + cpu::axpy_column_quantum - 1) / cpu::axpy_column_quantum;
-      ex.parallel_for(tiles, [&](std::size_t tile) {
-        const std::size_t c0 = tile * cpu::axpy_column_quantum;
-        const std::size_t c1 = std::min(c0 + cpu::axpy_column_quantum, d_model);
-        float sum[cpu::axpy_column_quantum];
-        for (std::size_t i = 0; i < p.tokens; ++i) {
-          cpu::axpy_chunks_in_columns(f.down_t, nullptr, h + i * d_ff, ch, c0, c1, y + i * d_model, sum, t);
+      for (std::size_t i = 0; i < p.tokens; ++i) {  // the pointer slots of x and u, free now: h and y
+        xf[i] = h + i * d_ff;
+        ur[i] = y + i * d_model;
+      }
+      if (p.by_chunks) {  // few tokens: each chunk's rows streamed once, every column
+        auto* const partials = reinterpret_cast<float*>(ws + p.partials_at);
+        auto** const out = reinterpret_cast<float**>(ws + p.chunk_pointers_at);
+        for (std::size_t c = 0; c < ch.count; ++c) {
+          for (std::size_t i = 0; i < p.tokens; ++i) out[c * p.tokens + i] = partials + (c * p.tokens + i) * d_model;
         }
-      });
+        ex.parallel_for(ch.count, [&](std::size_t c) {
+          cpu::detail::axpy_tokens(f.down_t, ch.first + c, 1, xf, p.tokens, 0, d_model, out + c * p.tokens, list);
+        });
+        ex.sync();
+        ex.parallel_for(p.tokens, [&](std::size_t i) {  // y = s_0 + s_1 + ...: the chunks in order
+          for (std::size_t col = 0; col < d_model; ++col) {
+            float sum = out[i][col];
+            for (std::size_t c = 1; c < ch.count; ++c) sum += out[c * p.tokens + i][col];
+            ur[i][col] = sum;
+          }
+        });
+      } else {
+        ex.parallel_for(tiles, [&](std::size_t tile) {
+          const std::size_t c0 = tile * cpu::axpy_column_quantum;
+          const std::size_t c1 = std::min(c0 + cpu::axpy_column_quantum, d_model);
+          cpu::detail::axpy_tokens(f.down_t, ch.first, ch.count, xf, p.tokens, c0, c1, ur, list);
+        });
+      }
     } else {  // y_i = W_down·h_i, groups of rows of W_down
+      constexpr std::size_t group = 8;
       cpu::for_each_row_task(d_model, ex, [&](std::size_t begin, std::size_t end) {
         for (std::size_t r = begin; r < end; r += group) {
           for (std::size_t i = 0; i < p.tokens; ++i) {
@@ -376,7 +488,8 @@ struct cpu_backend {
  private:
   static constexpr std::string_view needs_down_t =
       "cpu: the neuron-sparse FFN reads one row of W_down transposed per kept neuron: pass weights.down_t "
-      "(cpu::transpose(down) once at load time)";
+      "(cpu::transpose(down) once at load time), or for q8_0 / q4_0 give W_down a column-block copy "
+      "(layouts->add_column_blocks(down): lossless)";
   static constexpr std::string_view needs_barrier =
       "cpu: this operation has phases; under executor::split pass the engine's barrier "
       "(cpu::executor::split(s, cpu::barrier{wait, context}))";
@@ -441,6 +554,7 @@ ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, linear_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, transposed_linear_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, gated_ffn_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, token_ffn_args);
+ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, batched_gemv_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, moe_ffn_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(cpu_backend, attention_args);
 

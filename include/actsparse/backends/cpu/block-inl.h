@@ -68,12 +68,12 @@ inline constexpr bool q4_by_table = false;
 // The nibbles of a q4_0 block's bytes [offset, offset + lanes): the low ones (values
 // [offset, ..)) and the high ones (values [16 + offset, ..)), as signed 32-bit lanes.
 template <class DF>
-HWY_INLINE void q4_nibbles(DF /*df*/, const block_q4_0* HWY_RESTRICT b, std::size_t offset,
+HWY_INLINE void q4_nibbles(DF /*df*/, const std::uint8_t* HWY_RESTRICT qs, std::size_t offset,
                            hn::Vec<hn::RebindToSigned<DF>>& low, hn::Vec<hn::RebindToSigned<DF>>& high) {
   const hn::Rebind<std::uint8_t, DF> d8;
   const hn::RebindToUnsigned<DF> du;
   const hn::RebindToSigned<DF> di;
-  const auto bytes = hn::PromoteTo(du, hn::LoadU(d8, b->qs + offset));
+  const auto bytes = hn::PromoteTo(du, hn::LoadU(d8, qs + offset));
   low = hn::BitCast(di, hn::And(bytes, hn::Set(du, 0x0FU)));
   high = hn::BitCast(di, hn::ShiftRight<4>(bytes));
 }
@@ -88,21 +88,27 @@ namespace hn = hwy::HWY_NAMESPACE;
 #endif
 
 // Values [offset, offset + lanes) (the low nibbles n of qs[offset ..]) and [16 + offset, 16 +
-// offset + lanes) (their high nibbles) of a q4_0 block as f32 nibble − 8, exact, not scaled.
+// offset + lanes) (their high nibbles) of the 16 bytes of a q4_0 block's quants as f32
+// nibble − 8, exact, not scaled.
 template <class DF>
-HWY_INLINE void q4_values(DF df, const block_q4_0* HWY_RESTRICT b, std::size_t offset, hn::Vec<DF>& lo,
+HWY_INLINE void q4_values(DF df, const std::uint8_t* HWY_RESTRICT qs, std::size_t offset, hn::Vec<DF>& lo,
                           hn::Vec<DF>& hi) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   (void)offset;  // 16 lanes: always 0
-  q4_lookup(hn::Iota(df, -8.0F), b, lo, hi);
+  q4_lookup_bytes(hn::Iota(df, -8.0F), qs, lo, hi);
 #else
   hn::Vec<hn::RebindToSigned<DF>> low;
   hn::Vec<hn::RebindToSigned<DF>> high;
-  q4_nibbles(df, b, offset, low, high);
+  q4_nibbles(df, qs, offset, low, high);
   const auto eight = hn::Set(hn::RebindToSigned<DF>(), 8);
   lo = hn::ConvertTo(df, hn::Sub(low, eight));
   hi = hn::ConvertTo(df, hn::Sub(high, eight));
 #endif
+}
+template <class DF>
+HWY_INLINE void q4_values(DF df, const block_q4_0* HWY_RESTRICT b, std::size_t offset, hn::Vec<DF>& lo,
+                          hn::Vec<DF>& hi) {
+  q4_values(df, b->qs, offset, lo, hi);
 }
 
 // acc[r] += d_r · Σ_i q_r[i] · xb[i] over the 32 values of block b of each row r < R. The
@@ -336,12 +342,13 @@ HWY_NOINLINE void axpy_block_range(const weight_view& wt, const std::uint32_t* r
 // Several tokens at once on q8_0 / q4_0 rows (the grouped MoE experts' down projection): y_t[c]
 // = s_0[c] + s_1[c] + ... for c in [col_begin, col_end) (whole blocks) and t < count, s_k the
 // chain acc = fma(float(q)·d, coef_t[j], acc) from 0 over the rows j of chunk k (first[k] ..
-// first[k + 1]) in order: axpy_block_range's operations for each token (its weights are exact
-// products, however decoded), so each token's y equals its per-token row axpy bit for bit. A
+// first[k + 1], or the rows listed at those positions of `rows`) in order: axpy_block_range's operations for each token
+// (its weights are exact products, however decoded), so each token's y equals its per-token row axpy bit for bit. A
 // step decodes 2 blocks of a row once for TK tokens, whose outputs stay in registers.
 template <std::size_t NB, std::size_t TK, class B>
-HWY_INLINE void axpy_block_tokens_step(const B* HWY_RESTRICT w0, std::size_t row_stride, const std::size_t* first,
-                                       std::size_t chunks, const float* const* HWY_RESTRICT coef, std::size_t b0,
+HWY_INLINE void axpy_block_tokens_step(const B* HWY_RESTRICT w0, std::size_t row_stride, const std::uint32_t* rows,
+                                       const std::size_t* first, std::size_t chunks,
+                                       const float* const* HWY_RESTRICT coef, std::size_t b0,
                                        const float* HWY_RESTRICT scales, float* const* HWY_RESTRICT y) {
   const block_tag df;
   using V = hn::Vec<decltype(df)>;
@@ -353,7 +360,8 @@ HWY_INLINE void axpy_block_tokens_step(const B* HWY_RESTRICT w0, std::size_t row
     for (std::size_t t = 0; t < TK; ++t) {
       for (std::size_t v = 0; v < NB * per_block; ++v) acc[t][v] = hn::Zero(df);
     }
-    for (std::size_t j = first[k]; j < first[k + 1]; ++j) {
+    for (std::size_t p = first[k]; p < first[k + 1]; ++p) {
+      const std::size_t j = rows != nullptr ? rows[p] : p;
       const B* wj = reinterpret_cast<const B*>(reinterpret_cast<const std::byte*>(w0) + j * row_stride) + b0;
       V wv[max_vectors];  // block i's values [v·lanes, (v + 1)·lanes) at i·per_block + v
       for (std::size_t i = 0; i < NB; ++i) {
@@ -386,9 +394,9 @@ HWY_INLINE void axpy_block_tokens_step(const B* HWY_RESTRICT w0, std::size_t row
 }
 
 template <class B>
-HWY_NOINLINE void axpy_block_tokens_range(const weight_view& wt, const std::size_t* first, std::size_t chunks,
-                                          const float* const* coef, std::size_t count, std::size_t col_begin,
-                                          std::size_t col_end, float* const* y) {
+HWY_NOINLINE void axpy_block_tokens_range(const weight_view& wt, const std::uint32_t* rows, const std::size_t* first,
+                                          std::size_t chunks, const float* const* coef, std::size_t count,
+                                          std::size_t col_begin, std::size_t col_end, float* const* y) {
   static_assert(is_block_type<B>);
   if (col_begin % values_per_block != 0 || col_end % values_per_block != 0 || col_begin > col_end) {
     fail_block_columns(col_begin, col_end);
@@ -403,7 +411,8 @@ HWY_NOINLINE void axpy_block_tokens_range(const weight_view& wt, const std::size
       const std::size_t i = c % values_per_block;
       for (std::size_t k = 0; k < chunks; ++k) {
         float acc = 0.0F;
-        for (std::size_t j = first[k]; j < first[k + 1]; ++j) {
+        for (std::size_t p = first[k]; p < first[k + 1]; ++p) {
+          const std::size_t j = rows != nullptr ? rows[p] : p;
           const B& blk = reinterpret_cast<const B*>(reinterpret_cast<const std::byte*>(w0) + j * wt.row_stride)[b];
           float q = 0.0F;
           if constexpr (std::is_same_v<B, block_q8_0>) {
@@ -422,8 +431,8 @@ HWY_NOINLINE void axpy_block_tokens_range(const weight_view& wt, const std::size
   const auto tokens = [&]<std::size_t TK>(const float* const* ct, float* const* yt) {
     std::size_t b = col_begin / values_per_block;
     for (; b + NB <= b_end; b += NB)
-      axpy_block_tokens_step<NB, TK>(w0, wt.row_stride, first, chunks, ct, b, scales, yt);
-    for (; b < b_end; ++b) axpy_block_tokens_step<1, TK>(w0, wt.row_stride, first, chunks, ct, b, scales, yt);
+      axpy_block_tokens_step<NB, TK>(w0, wt.row_stride, rows, first, chunks, ct, b, scales, yt);
+    for (; b < b_end; ++b) axpy_block_tokens_step<1, TK>(w0, wt.row_stride, rows, first, chunks, ct, b, scales, yt);
   };
   std::size_t t = 0;
   for (; t + axpy_tokens_at_once <= count; t += axpy_tokens_at_once) {

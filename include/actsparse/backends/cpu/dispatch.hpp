@@ -20,11 +20,11 @@ namespace actsparse::cpu::detail {
 void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end, const float* x,
                float* y, const kernel_tuning& t = {});
 
-// y[t][k] = W[k, :] · x[t] for k in [begin, end) and the tokens t < count: the weights read
-// once for several tokens (f32, f16, bf16; else an error). Each value equals gemv_rows's for
-// that row and token bit for bit.
+// y[t][k] = W[row_k, :] · x[t] for k in [begin, end) and the tokens t < count, row_k = rows ?
+// rows[k] : k: the weights read once for several tokens (f32, f16, bf16; else an error). Each
+// value equals gemv_rows's for that row and token bit for bit.
 void gemm_rows(const weight_view& w, std::size_t begin, std::size_t end, const float* const* x, std::size_t count,
-               float* const* y);
+               float* const* y, const std::uint32_t* rows = nullptr);
 
 // y[c] = Σ_k coef[row_k] · Wt[row_k, c] for c in [col_begin, col_end), row_k = rows ? rows[k] : k
 // for k < count; every dtype (block types: columns on 32-value blocks).
@@ -33,12 +33,13 @@ void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t cou
 
 // Several tokens' row axpys in chunks of rows: y_t[c] = s_0[c] + s_1[c] + ... for c in
 // [col_begin, col_end) and t < count, s_k[c] = Σ_j coef[t][j] · Wt[j, c] over the rows j in
-// [first[k], first[k + 1]) (the chain from 0, rows in order), chunks < axpy_max_chunks. Each
-// weight value is loaded once for several tokens; each y_t equals axpy_rows over the same
-// chunks (y = s_0, then y += s_1, ...: cpu::axpy_chunks_in_columns) bit for bit. Every dtype
-// (block types: columns on 32-value blocks).
+// [first[k], first[k + 1]) (the chain from 0, rows in order; with `rows`, the rows listed at
+// those positions), chunks < axpy_max_chunks. Each weight value is loaded once for several
+// tokens; each y_t equals axpy_rows over the same chunks (y = s_0, then y += s_1, ...:
+// cpu::axpy_chunks_in_columns) bit for bit. Every dtype (block types: columns on 32-value blocks).
 void axpy_tokens(const weight_view& wt, const std::size_t* first, std::size_t chunks, const float* const* coef,
-                 std::size_t count, std::size_t col_begin, std::size_t col_end, float* const* y);
+                 std::size_t count, std::size_t col_begin, std::size_t col_end, float* const* y,
+                 const std::uint32_t* rows = nullptr);
 
 // Decode attention over KV rows of any row_format (attention-inl.h; cpu/attention.hpp composes
 // them). Rows hold kv_heads × hd values; head h reads KV head g(h) = h / (heads / kv_heads):
@@ -76,10 +77,11 @@ void quantize_q8_0_x(const float* x, std::size_t n, std::int8_t* q, float* d, bo
 void gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
                    const std::int8_t* xq, const float* xd, float* y, const kernel_tuning& t = {});
 
-// y[t][k] = W[k, :]·x_t for k in [begin, end) and t < count on quantized x (xq[t], xd[t]):
-// each weight unit loaded once for several tokens; each value equals gemv_rows_q8x's bit for bit.
+// y[t][k] = W[row_k, :]·x_t for k in [begin, end) and t < count on quantized x (xq[t], xd[t]),
+// row_k = rows ? rows[k] : k: each weight unit loaded once for several tokens; each value equals
+// gemv_rows_q8x's bit for bit.
 void gemm_rows_q8x(const weight_view& w, std::size_t begin, std::size_t end, const std::int8_t* const* xq,
-                   const float* const* xd, std::size_t count, float* const* y);
+                   const float* const* xd, std::size_t count, float* const* y, const std::uint32_t* rows = nullptr);
 
 // y[k] = W[k, :]·x for k in [begin, end) (begin a multiple of 16), from W's interleaved copy on
 // quantized x, with xs[b] = Σ_{i in block b} xq[i] (block_sums). Per row: acc = acc +
@@ -87,6 +89,13 @@ void gemm_rows_q8x(const weight_view& w, std::size_t begin, std::size_t end, con
 // bits do not depend on the row range.
 void gemv_rows_interleaved(const interleaved_view& w, std::size_t begin, std::size_t end, const std::int8_t* xq,
                            const float* xd, const std::int32_t* xs, float* y, const kernel_tuning& t = {});
+
+// y[i] = Σ_b d(i, b)·Σ_{j ∈ S ∩ column b} h_j·q(i, j) for i in [begin, end) (multiples of 32),
+// from W_down's column-block copy (layouts.hpp), S = kept[0, count) ascending or every neuron
+// (kept null). Per row the same operations whatever the row range (columns-inl.h), and keep-all
+// (every index listed) gives the bits of kept = null.
+void column_blocks_down(const column_blocks_view& w, const std::uint32_t* kept, std::size_t count, const float* h,
+                        std::size_t begin, std::size_t end, float* y);
 
 // v[i] = act(v[i]) for i < n, vectorized (activation-inl.h): within a few ulp of the scalar
 // functions of core/activation.hpp, and a value's bits depend only on the value and the

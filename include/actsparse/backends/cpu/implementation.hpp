@@ -27,6 +27,7 @@
 #include <actsparse/backends/cpu/dtypes.hpp>
 #include <actsparse/core/error.hpp>
 
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -51,6 +52,7 @@ HWY_EXPORT(quantize_q8_0_x);
 HWY_EXPORT(gemv_rows_q8x);
 HWY_EXPORT(gemm_rows_q8x);
 HWY_EXPORT(gemv_rows_interleaved);
+HWY_EXPORT(column_blocks_down);
 HWY_EXPORT(activate);
 HWY_EXPORT(selection_table);
 #define ACTSPARSE_CPU_DISPATCH(f) HWY_DYNAMIC_DISPATCH(f)
@@ -66,11 +68,11 @@ void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begi
   ACTSPARSE_CPU_DISPATCH(gemv_rows)(w, rows, begin, end, x, y, t);
 }
 void gemm_rows(const weight_view& w, std::size_t begin, std::size_t end, const float* const* x, std::size_t count,
-               float* const* y) {
+               float* const* y, const std::uint32_t* rows) {
   if (!support(w.type).f32_activations || info(w.type).block_values != 1) {
     ::actsparse::detail::fail("cpu::gemm_rows", "w.type", name(w.type), "f32, f16 or bf16 (rows of single values)");
   }
-  ACTSPARSE_CPU_DISPATCH(gemm_rows)(w, begin, end, x, count, y);
+  ACTSPARSE_CPU_DISPATCH(gemm_rows)(w, rows, begin, end, x, count, y);
 }
 void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t count, const float* coef,
                std::size_t col_begin, std::size_t col_end, float* y, const kernel_tuning& t) {
@@ -80,7 +82,8 @@ void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::size_t cou
   ACTSPARSE_CPU_DISPATCH(axpy_rows)(wt, rows, count, coef, col_begin, col_end, y, t);
 }
 void axpy_tokens(const weight_view& wt, const std::size_t* first, std::size_t chunks, const float* const* coef,
-                 std::size_t count, std::size_t col_begin, std::size_t col_end, float* const* y) {
+                 std::size_t count, std::size_t col_begin, std::size_t col_end, float* const* y,
+                 const std::uint32_t* rows) {
   constexpr std::string_view where = "cpu::axpy_tokens";
   if (!support(wt.type).f32_activations) {
     ::actsparse::detail::fail(where, "wt.type", name(wt.type), "a dtype with CPU kernels (cpu/dtypes.hpp)");
@@ -89,7 +92,7 @@ void axpy_tokens(const weight_view& wt, const std::size_t* first, std::size_t ch
                                "col_begin <= col_end <= wt.cols");
   ::actsparse::detail::require(chunks >= 1 && first[chunks] <= wt.rows, where, "first[chunks]", first[chunks],
                                "at least one chunk, ending at or before wt.rows");
-  ACTSPARSE_CPU_DISPATCH(axpy_tokens)(wt, first, chunks, coef, count, col_begin, col_end, y);
+  ACTSPARSE_CPU_DISPATCH(axpy_tokens)(wt, rows, first, chunks, coef, count, col_begin, col_end, y);
 }
 void attention_scores(const row_ref* rows, std::size_t count, std::size_t hd, std::size_t kv_heads, const float* q,
                       std::size_t heads, float scale, float* out, std::size_t hstride) {
@@ -119,13 +122,13 @@ void gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t 
   ACTSPARSE_CPU_DISPATCH(gemv_rows_q8x)(w, rows, begin, end, xq, xd, y, t);
 }
 void gemm_rows_q8x(const weight_view& w, std::size_t begin, std::size_t end, const std::int8_t* const* xq,
-                   const float* const* xd, std::size_t count, float* const* y) {
+                   const float* const* xd, std::size_t count, float* const* y, const std::uint32_t* rows) {
   constexpr std::string_view where = "cpu::gemm_rows_q8x";
   if (!support(w.type).int8_activations) {
     ::actsparse::detail::fail(where, "w.type", name(w.type), "q8_0 or q4_0 (the weight dtypes of the integer GEMV)");
   }
   ::actsparse::detail::require(w.cols % 32 == 0, where, "w.cols", w.cols, "a multiple of 32 (whole blocks)");
-  ACTSPARSE_CPU_DISPATCH(gemm_rows_q8x)(w, begin, end, xq, xd, count, y);
+  ACTSPARSE_CPU_DISPATCH(gemm_rows_q8x)(w, rows, begin, end, xq, xd, count, y);
 }
 void gemv_rows_interleaved(const interleaved_view& w, std::size_t begin, std::size_t end, const std::int8_t* xq,
                            const float* xd, const std::int32_t* xs, float* y, const kernel_tuning& t) {
@@ -141,6 +144,23 @@ void gemv_rows_interleaved(const interleaved_view& w, std::size_t begin, std::si
   ::actsparse::detail::require(begin <= end && end <= w.rows, where, "end", end,
                                "in [begin, w.rows] = [" + std::to_string(begin) + ", " + std::to_string(w.rows) + "]");
   ACTSPARSE_CPU_DISPATCH(gemv_rows_interleaved)(w, begin, end, xq, xd, xs, y, t);
+}
+void column_blocks_down(const column_blocks_view& w, const std::uint32_t* kept, std::size_t count, const float* h,
+                        std::size_t begin, std::size_t end, float* y) {
+  constexpr std::string_view where = "cpu::column_blocks_down";
+  if ((w.type != dtype::q8_0 && w.type != dtype::q4_0) || w.data == nullptr) {
+    ::actsparse::detail::fail_described(
+        where, "w", std::string(name(w.type)) + (w.data == nullptr ? " without column-block bytes" : " weights"),
+        "the column-block copy of a q8_0 or q4_0 matrix (cpu::column_blocks)");
+  }
+  if (begin % 32 != 0 || end % 32 != 0) {
+    char range[64];  // snprintf: GCC 12 warns falsely on "[" + std::to_string(...) at -O3
+    std::snprintf(range, sizeof range, "[%zu, %zu)", begin, end);
+    ::actsparse::detail::fail(where, "[begin, end)", range, "multiples of 32 (whole groups of 32 rows)");
+  }
+  ::actsparse::detail::require(begin <= end && end <= w.rows, where, "end", end,
+                               "in [begin, w.rows] = [" + std::to_string(begin) + ", " + std::to_string(w.rows) + "]");
+  ACTSPARSE_CPU_DISPATCH(column_blocks_down)(w, kept, count, h, begin, end, y);
 }
 void activate(activation a, float* v, std::size_t n) { ACTSPARSE_CPU_DISPATCH(activate)(a, v, n); }
 const selection_passes* selection_table() { return ACTSPARSE_CPU_DISPATCH(selection_table)(); }

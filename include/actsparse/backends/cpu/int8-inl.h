@@ -251,17 +251,19 @@ ACTSPARSE_INT8_ATTR HWY_INLINE void int8_dot_rows_tokens(const B* const* HWY_RES
 inline constexpr std::size_t int8_gemm_tokens = HWY_MAX_BYTES >= 64 ? 4 : 2;
 inline constexpr std::size_t int8_gemm_rows_at_once = 2;
 
-// y[t][k] = W[k, :]·x_t for k in [begin, end) and t < count, on quantized x (xq[t], xd[t]);
-// each y[t][k] is int8_gemv_range's bits for that token.
+// y[t][k] = W[row_k, :]·x_t for k in [begin, end) and t < count, row_k = rows ? rows[k] : k, on
+// quantized x (xq[t], xd[t]); each y[t][k] is int8_gemv_range's bits for that row and token.
 template <class B>
-ACTSPARSE_INT8_ATTR HWY_NOINLINE void int8_gemm_range(const weight_view& w, std::size_t begin, std::size_t end,
-                                                      const std::int8_t* const* xq, const float* const* xd,
-                                                      std::size_t count, float* const* y) {
+ACTSPARSE_INT8_ATTR HWY_NOINLINE void int8_gemm_range(const weight_view& w, const std::uint32_t* rows,
+                                                      std::size_t begin, std::size_t end, const std::int8_t* const* xq,
+                                                      const float* const* xd, std::size_t count, float* const* y) {
   static_assert(is_block_type<B>);
   const auto* base = static_cast<const std::byte*>(w.data);
   const std::size_t blocks = w.cols / values_per_block;
   const float* scales = f16_to_f32_table();
-  const auto row = [&](std::size_t k) { return reinterpret_cast<const B*>(base + k * w.row_stride); };
+  const auto row = [&](std::size_t k) {
+    return reinterpret_cast<const B*>(base + (rows != nullptr ? rows[k] : k) * w.row_stride);
+  };
   const auto rows_for = [&]<std::size_t TK>(std::size_t t) {
     constexpr std::size_t R = int8_gemm_rows_at_once;
     const B* group[R];

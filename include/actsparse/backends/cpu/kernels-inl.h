@@ -6,6 +6,7 @@
 //   rows-inl.h        f32 / f16 / bf16 rows: GEMV and row axpy with f32 x
 //   block-inl.h       q8_0 / q4_0 blocks: GEMV and row axpy with f32 x
 //   int8-inl.h        q8_0 / q4_0 on x quantized to 8-bit blocks, row-major and interleaved
+//   columns-inl.h     the down projection over a q8_0 / q4_0 W_down in column blocks
 //   activation-inl.h  SiLU / GELU / ReLU over a vector
 //   attention-inl.h   decode attention over KV rows of any row_format
 //   selection-inl.h   the selectors' passes this target installs
@@ -25,6 +26,7 @@
 #include <actsparse/backends/cpu/selection-inl.h>
 // After rows-inl.h and block-inl.h: it uses their loaders.
 #include <actsparse/backends/cpu/attention-inl.h>
+#include <actsparse/backends/cpu/columns-inl.h>
 #include <actsparse/backends/cpu/dtypes.hpp>
 #include <actsparse/backends/cpu/layouts.hpp>
 #include <actsparse/backends/cpu/tuning.hpp>
@@ -89,11 +91,11 @@ inline void gemv_rows(const weight_view& w, const std::uint32_t* rows, std::size
   });
 }
 
-inline void gemm_rows(const weight_view& w, std::size_t begin, std::size_t end, const float* const* x,
-                      std::size_t count, float* const* y) {
+inline void gemm_rows(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
+                      const float* const* x, std::size_t count, float* const* y) {
   visit_dtype(w.type, [&](auto tag) {
     using K = target_kernels<typename decltype(tag)::type>;
-    if constexpr (requires { K::gemm; }) K::gemm(w, begin, end, x, count, y);
+    if constexpr (requires { K::gemm; }) K::gemm(w, rows, begin, end, x, count, y);
   });
 }
 
@@ -105,11 +107,14 @@ inline void axpy_rows(const weight_view& wt, const std::uint32_t* rows, std::siz
   });
 }
 
-inline void axpy_tokens(const weight_view& wt, const std::size_t* first, std::size_t chunks, const float* const* coef,
-                        std::size_t count, std::size_t col_begin, std::size_t col_end, float* const* y) {
+inline void axpy_tokens(const weight_view& wt, const std::uint32_t* rows, const std::size_t* first, std::size_t chunks,
+                        const float* const* coef, std::size_t count, std::size_t col_begin, std::size_t col_end,
+                        float* const* y) {
   visit_dtype(wt.type, [&](auto tag) {
     using K = target_kernels<typename decltype(tag)::type>;
-    if constexpr (requires { K::axpy_tokens; }) K::axpy_tokens(wt, first, chunks, coef, count, col_begin, col_end, y);
+    if constexpr (requires { K::axpy_tokens; }) {
+      K::axpy_tokens(wt, rows, first, chunks, coef, count, col_begin, col_end, y);
+    }
   });
 }
 
@@ -121,11 +126,11 @@ inline void gemv_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::
   });
 }
 
-inline void gemm_rows_q8x(const weight_view& w, std::size_t begin, std::size_t end, const std::int8_t* const* xq,
-                          const float* const* xd, std::size_t count, float* const* y) {
+inline void gemm_rows_q8x(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
+                          const std::int8_t* const* xq, const float* const* xd, std::size_t count, float* const* y) {
   visit_dtype(w.type, [&](auto tag) {
     using K = target_kernels<typename decltype(tag)::type>;
-    if constexpr (requires { K::int8_gemm; }) K::int8_gemm(w, begin, end, xq, xd, count, y);
+    if constexpr (requires { K::int8_gemm; }) K::int8_gemm(w, rows, begin, end, xq, xd, count, y);
   });
 }
 
@@ -135,6 +140,15 @@ inline void gemv_rows_interleaved(const interleaved_view& w, std::size_t begin, 
     using K = target_kernels<typename decltype(tag)::type>;
     if constexpr (requires { K::interleaved_gemv; }) K::interleaved_gemv(w, begin, end, xq, xd, xs, y, t);
   });
+}
+
+inline void column_blocks_down(const column_blocks_view& w, const std::uint32_t* kept, std::size_t count,
+                               const float* h, std::size_t begin, std::size_t end, float* y) {
+  if (w.type == dtype::q8_0) {
+    column_blocks_range<block_q8_0>(w, kept, count, h, begin, end, y);
+  } else {
+    column_blocks_range<block_q4_0>(w, kept, count, h, begin, end, y);
+  }
 }
 
 }  // namespace actsparse::cpu::HWY_NAMESPACE

@@ -124,6 +124,8 @@ enum class phase1_rows {
   every_row_then_drop,  // from the crossover on: every row read, h = 0 for the dropped neurons
 };
 enum class down_path {
+  column_blocks,     // W_down's column-block copy (lossless): the kept neurons' quants and the
+                     // scales of their block columns, h in f32 (every neuron when dense)
   interleaved_gemv,  // y = W_down·h from W_down's interleaved copy, h quantized (every row read)
   axpy_coalesced,    // the row axpy over down_t on the kept rows with short gaps filled in
   axpy,              // the row axpy over down_t (the kept rows, or every row)
@@ -138,12 +140,14 @@ struct ffn_plan {
   phase1_rows rows = phase1_rows::every_row;
   down_path down = down_path::axpy;
   bool gate_given = false;                           // gate_act passed: W_gate is not read
+  bool down_columns = false;                         // down == column_blocks
   bool up_int8 = false;                              // W_up's GEMV runs on x quantized (int8 kernels)
   bool gate_int8 = false;                            // W_gate's likewise (when it is read)
   bool quantize_x = false;                           // some GEMV of phase 1 runs on x quantized
   const interleaved_view* up_interleaved = nullptr;  // copies phase 1 reads (every row read)
   const interleaved_view* gate_interleaved = nullptr;
-  const interleaved_view* down_interleaved = nullptr;  // down == interleaved_gemv
+  const interleaved_view* down_interleaved = nullptr;     // down == interleaved_gemv
+  const column_blocks_view* down_columns_copy = nullptr;  // down == column_blocks
   // Workspace regions (byte offsets).
   std::size_t u_at = 0, g_at = 0;  // phase-1 outputs, phase1 floats each (g: when computed here)
   std::size_t h_at = 0;            // h[j] for every neuron j (d_ff floats)
@@ -174,8 +178,10 @@ struct ffn_plan {
   p.d_ff = f.d_ff();
   p.kept = a.neurons.count(p.d_ff);
   p.gate_given = !a.gate_act.empty();
-  const bool sparse_down = !f.down_t.absent();
   const interleaved_view* const down_copy = f.down.absent() ? nullptr : detail::interleaved_copy(o, f.down);
+  const column_blocks_view* const down_blocks =
+      f.down.absent() || o.layouts == nullptr ? nullptr : o.layouts->column_blocks(f.down);
+  const bool sparse_down = !f.down_t.absent() || down_blocks != nullptr;
   const interleaved_view* const up_copy = detail::interleaved_copy(o, f.up);
   // Every neuron listed (sorted, unique: 0 .. d_ff-1) runs as dense: the same bits.
   if (a.neurons.all || p.kept == p.d_ff) {
@@ -190,7 +196,11 @@ struct ffn_plan {
     p.up_interleaved = up_copy;
     if (!p.gate_given) p.gate_interleaved = detail::interleaved_copy(o, f.gate);
   }
-  if (p.every_row() && down_copy != nullptr) {
+  if (down_blocks != nullptr) {
+    p.down = down_path::column_blocks;
+    p.down_columns_copy = down_blocks;
+    p.down_columns = true;
+  } else if (p.every_row() && down_copy != nullptr) {
     p.down = down_path::interleaved_gemv;
     p.down_interleaved = down_copy;
   } else if (sparse_down && p.rows == phase1_rows::kept_rows && o.coalesce_gap > 0) {
@@ -216,29 +226,73 @@ struct ffn_plan {
   return p;
 }
 
-// ---- residual[t] += FFN(input[t]) for the kept tokens ----------------------------------------
+// ---- Y[t] = W·X[t] for a few tokens ------------------------------------------------------------
+struct batched_gemv_plan {
+  std::size_t tokens = 0;
+  bool quantize_x = false;      // the integer GEMM on every token's x quantized
+  std::size_t x_at = 0;         // quantize_x: the tokens' quantized x
+  std::size_t x_stride = 0;     // bytes between two tokens' quantized x
+  std::size_t pointers_at = 0;  // the kernels' per-token pointers: x (or q and d), y
+  std::size_t bytes = 0;
+};
+[[nodiscard]] inline batched_gemv_plan make_plan(const batched_gemv_args& a, const plan_options& o) noexcept {
+  batched_gemv_plan p;
+  p.tokens = a.x.rows;
+  p.quantize_x = detail::int8_path(o, a.w.type);
+  workspace_layout l;
+  if (p.quantize_x) {
+    p.x_stride = (quantized_x_bytes(a.w.cols) + region_alignment - 1) / region_alignment * region_alignment;
+    p.x_at = l.take(p.tokens * p.x_stride, region_alignment);
+  }
+  p.pointers_at = l.take(3 * p.tokens * sizeof(void*), region_alignment);
+  p.bytes = l.bytes;
+  return p;
+}
+
+// ---- residual[t] += FFN(input[t]) for the kept tokens (over the given neurons) ----------------
 struct token_plan {
-  std::size_t tokens = 0;  // kept
-  bool up_int8 = false;    // W_up's GEMV runs on the inputs quantized
-  bool gate_int8 = false;  // W_gate's likewise
+  std::size_t tokens = 0;   // kept
+  std::size_t neurons = 0;  // the neurons every token uses (d_ff, or the union)
+  bool gate_given = false;  // gate_act passed: W_gate is not read
+  bool up_int8 = false;     // W_up's GEMV runs on the inputs quantized
+  bool gate_int8 = false;   // W_gate's likewise
   bool quantize_x = false;
-  std::size_t g_at = 0, h_at = 0;  // [tokens × d_ff] each
+  std::size_t u_at = 0, g_at = 0;  // [tokens × neurons]: W_up·x_t, act(W_gate·x_t) (computed or given)
+  std::size_t h_at = 0;            // [tokens × d_ff]: h_t[j] at j (the neurons used only)
   std::size_t y_at = 0;            // [tokens × d_model]
-  std::size_t x_at = 0;            // quantize_x: every kept token's input quantized
-  std::size_t x_stride = 0;        // bytes between two tokens' quantized inputs
+  std::size_t pointers_at = 0;     // the multi-token kernels' per-token pointers (5 per token)
+  // A few tokens (decode batches, verify passes: at most batch_tokens): phase 2 by row chunks,
+  // every column, each chunk's sums per token in partials (chunks × tokens × d_model), then
+  // added in chunk order; more tokens: tiles of 64 columns, the sums in registers.
+  static constexpr std::size_t batch_tokens = 16;
+  bool by_chunks = false;
+  std::size_t partials_at = 0;
+  std::size_t chunk_pointers_at = 0;  // chunks × tokens output pointers
+  std::size_t x_at = 0;               // quantize_x: every kept token's input quantized
+  std::size_t x_stride = 0;           // bytes between two tokens' quantized inputs
   std::size_t bytes = 0;
 };
 [[nodiscard]] inline token_plan make_plan(const token_ffn_args& a, const plan_options& o) noexcept {
   const ffn_layer& f = a.weights;
   token_plan p;
   p.tokens = a.tokens.count(a.input.rows);
+  p.neurons = a.neurons.count(f.d_ff());
+  p.gate_given = a.gate_act.data != nullptr;
   p.up_int8 = detail::int8_path(o, f.up.type);
-  p.gate_int8 = detail::int8_path(o, f.gate.type);
+  p.gate_int8 = !p.gate_given && detail::int8_path(o, f.gate.type);
   p.quantize_x = p.up_int8 || p.gate_int8;
   workspace_layout l;
-  p.g_at = l.take(p.tokens * f.d_ff() * sizeof(float), region_alignment);
+  p.u_at = l.take(p.tokens * p.neurons * sizeof(float), region_alignment);
+  p.g_at = l.take(p.tokens * p.neurons * sizeof(float), region_alignment);
   p.h_at = l.take(p.tokens * f.d_ff() * sizeof(float), region_alignment);
   p.y_at = l.take(p.tokens * f.d_model() * sizeof(float), region_alignment);
+  p.pointers_at = l.take(5 * p.tokens * sizeof(void*), region_alignment);
+  p.by_chunks = !f.down_t.absent() && p.tokens <= token_plan::batch_tokens;
+  if (p.by_chunks) {
+    const std::size_t chunks = axpy_chunk_count(f.d_ff());
+    p.partials_at = l.take(chunks * p.tokens * f.d_model() * sizeof(float), region_alignment);
+    p.chunk_pointers_at = l.take(chunks * p.tokens * sizeof(void*), region_alignment);
+  }
   if (p.quantize_x) {
     p.x_stride = (quantized_x_bytes(f.d_model()) + region_alignment - 1) / region_alignment * region_alignment;
     p.x_at = l.take(p.tokens * p.x_stride, region_alignment);

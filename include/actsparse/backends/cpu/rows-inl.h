@@ -228,10 +228,12 @@ inline constexpr std::size_t gemm_rows_at_once = 2;
 
 // y[t][k] = W[k, :] · x[t] for k in [begin, end), t < count (f32, f16, bf16 rows).
 template <class T>
-HWY_NOINLINE void gemm_range(const weight_view& w, std::size_t begin, std::size_t end, const float* const* x,
-                             std::size_t count, float* const* y) {
+HWY_NOINLINE void gemm_range(const weight_view& w, const std::uint32_t* rows, std::size_t begin, std::size_t end,
+                             const float* const* x, std::size_t count, float* const* y) {
   const auto* base = static_cast<const std::byte*>(w.data);
-  const auto row = [&](std::size_t k) { return reinterpret_cast<const T*>(base + k * w.row_stride); };
+  const auto row = [&](std::size_t k) {
+    return reinterpret_cast<const T*>(base + (rows != nullptr ? rows[k] : k) * w.row_stride);
+  };
   const auto rows_for = [&]<std::size_t TK>(const float* const* xt, float* const* yt) {
     const T* group[gemm_rows_at_once];
     std::size_t k = begin;
@@ -361,9 +363,9 @@ HWY_NOINLINE void axpy_range(const weight_view& wt, const std::uint32_t* rows, s
 // Tokens per pass: axpy_tokens_at_once (block-inl.h).
 
 template <std::size_t S, std::size_t TK, class T>
-HWY_INLINE void axpy_tokens_step(const T* HWY_RESTRICT w0, std::size_t row_stride, const std::size_t* first,
-                                 std::size_t chunks, const float* const* HWY_RESTRICT coef, std::size_t c,
-                                 float* const* HWY_RESTRICT y) {
+HWY_INLINE void axpy_tokens_step(const T* HWY_RESTRICT w0, std::size_t row_stride, const std::uint32_t* rows,
+                                 const std::size_t* first, std::size_t chunks, const float* const* HWY_RESTRICT coef,
+                                 std::size_t c, float* const* HWY_RESTRICT y) {
   const hn::ScalableTag<float> df;
   using V = hn::Vec<decltype(df)>;
   const std::size_t lanes = hn::Lanes(df);
@@ -372,7 +374,8 @@ HWY_INLINE void axpy_tokens_step(const T* HWY_RESTRICT w0, std::size_t row_strid
     for (std::size_t t = 0; t < TK; ++t) {
       for (std::size_t s = 0; s < S; ++s) acc[t][s] = hn::Zero(df);
     }
-    for (std::size_t j = first[k]; j < first[k + 1]; ++j) {
+    for (std::size_t p = first[k]; p < first[k + 1]; ++p) {
+      const std::size_t j = rows != nullptr ? rows[p] : p;
       const T* wj = reinterpret_cast<const T*>(reinterpret_cast<const std::byte*>(w0) + j * row_stride) + c;
       V wv[S];
       for (std::size_t s = 0; s < S; ++s) wv[s] = load_as_f32(df, wj + s * lanes);
@@ -391,9 +394,9 @@ HWY_INLINE void axpy_tokens_step(const T* HWY_RESTRICT w0, std::size_t row_strid
 }
 
 template <class T>
-HWY_NOINLINE void axpy_tokens_range(const weight_view& wt, const std::size_t* first, std::size_t chunks,
-                                    const float* const* coef, std::size_t count, std::size_t col_begin,
-                                    std::size_t col_end, float* const* y) {
+HWY_NOINLINE void axpy_tokens_range(const weight_view& wt, const std::uint32_t* rows, const std::size_t* first,
+                                    std::size_t chunks, const float* const* coef, std::size_t count,
+                                    std::size_t col_begin, std::size_t col_end, float* const* y) {
   const hn::ScalableTag<float> df;
   const std::size_t lanes = hn::Lanes(df);
   constexpr std::size_t S = 4;  // TK x S accumulators + S weight vectors within the register file
@@ -401,13 +404,14 @@ HWY_NOINLINE void axpy_tokens_range(const weight_view& wt, const std::size_t* fi
   const auto tokens = [&]<std::size_t TK>(const float* const* ct, float* const* yt) {
     std::size_t c = col_begin;
     for (; c + S * lanes <= col_end; c += S * lanes)
-      axpy_tokens_step<S, TK>(w0, wt.row_stride, first, chunks, ct, c, yt);
-    for (; c + lanes <= col_end; c += lanes) axpy_tokens_step<1, TK>(w0, wt.row_stride, first, chunks, ct, c, yt);
+      axpy_tokens_step<S, TK>(w0, wt.row_stride, rows, first, chunks, ct, c, yt);
+    for (; c + lanes <= col_end; c += lanes) axpy_tokens_step<1, TK>(w0, wt.row_stride, rows, first, chunks, ct, c, yt);
     for (; c < col_end; ++c) {
       for (std::size_t t = 0; t < TK; ++t) {
         for (std::size_t k = 0; k < chunks; ++k) {
           float acc = 0.0F;
-          for (std::size_t j = first[k]; j < first[k + 1]; ++j) {
+          for (std::size_t p = first[k]; p < first[k + 1]; ++p) {
+            const std::size_t j = rows != nullptr ? rows[p] : p;
             const T* wj = reinterpret_cast<const T*>(reinterpret_cast<const std::byte*>(w0) + j * wt.row_stride);
             acc = std::fma(scalar_f32(wj[c]), ct[t][j], acc);
           }

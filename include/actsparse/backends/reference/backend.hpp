@@ -43,9 +43,10 @@ namespace reference {
 
 // The arguments of the operations the reference runs.
 template <class Args>
-concept operation_args = std::same_as<Args, gemv_args> || std::same_as<Args, linear_args> ||
-    std::same_as<Args, transposed_linear_args> || std::same_as<Args, gated_ffn_args> ||
-    std::same_as<Args, token_ffn_args> || std::same_as<Args, moe_ffn_args> || std::same_as<Args, attention_args>;
+concept operation_args =
+    std::same_as<Args, gemv_args> || std::same_as<Args, linear_args> || std::same_as<Args, transposed_linear_args> ||
+    std::same_as<Args, gated_ffn_args> || std::same_as<Args, token_ffn_args> || std::same_as<Args, moe_ffn_args> ||
+    std::same_as<Args, attention_args> || std::same_as<Args, batched_gemv_args>;
 
 namespace detail {
 
@@ -93,6 +94,25 @@ struct reference_backend {
       reference::dense_gemv(a.w, a.x, a.y, row);
     } else {
       reference::row_gather_gemv(a.w, a.rows.indices, a.x, a.y, row);
+    }
+    return status::ok();
+  }
+
+  // --- Y[t] = W·X[t] for every token: the dense GEMV per token --------------------------------
+  [[nodiscard]] status can_implement(const batched_gemv_args& a) const noexcept {
+    return reference::handles(a.w.type) ? status::ok() : status::not_handled("reference: unknown weight dtype");
+  }
+  [[nodiscard]] std::size_t workspace_size(const batched_gemv_args& a) const noexcept {
+    return a.x.rows == 0 ? 0 : a.w.cols * sizeof(float);
+  }
+  status run(const batched_gemv_args& a, std::span<std::byte> workspace, inline_executor& /*executor*/) const {
+    constexpr std::string_view where = "reference::batched_gemv";
+    ::actsparse::check_arguments(a, where);
+    if (a.x.rows == 0) return status::ok();
+    const std::span<float> row = reference::detail::scratch(workspace, a.w.cols, where);
+    for (std::size_t t = 0; t < a.x.rows; ++t) {
+      reference::dense_gemv(a.w, std::span<const float>(a.x.row(t), a.x.cols), std::span<float>(a.y.row(t), a.y.cols),
+                            row);
     }
     return status::ok();
   }
@@ -171,7 +191,7 @@ struct reference_backend {
     const std::span<float> h = all.first(d_ff);
     const std::span<float> row = all.subspan(d_ff, reference::detail::row_floats(a.weights.gate));
     const std::span<float> y = all.subspan(d_ff + row.size());
-    reference::token_sparse_ffn(a.weights, a.input, a.residual, a.tokens, h, row, y);
+    reference::token_sparse_ffn(a.weights, a.input, a.residual, a.tokens, a.neurons, a.gate_act, h, row, y);
     return status::ok();
   }
 
@@ -255,6 +275,7 @@ ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, linear_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, transposed_linear_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, gated_ffn_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, token_ffn_args);
+ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, batched_gemv_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, moe_ffn_args);
 ACTSPARSE_REQUIRE_BACKEND_FOR(reference_backend, attention_args);
 

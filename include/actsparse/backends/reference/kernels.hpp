@@ -165,18 +165,26 @@ inline void neuron_sparse_gated_ffn(const ffn_layer& f, std::span<const std::uin
   down_projection(f, neurons.data(), h, y, row);
 }
 
-// Token-sparse FFN: residual[t, :] += FFN(input[t, :]) for t in tokens (a dense FFN per
-// token); the other rows are not touched. residual[t, i] + y_i is one f32 addition of the
+// Token FFN: residual[t, :] += FFN(input[t, :]) for t in tokens (the dense FFN per token, or the
+// neuron-sparse one over `neurons`, with the gate act(W_gate x_t) taken from gate_act's row t
+// when given); the other rows are not touched. residual[t, i] + y_i is one f32 addition of the
 // dense_gated_ffn output. Scratch: row holds max(d_model, d_ff) values, h holds d_ff, y holds
 // d_model.
 inline void token_sparse_ffn(const ffn_layer& f, matrix_view<const float> input, matrix_view<float> residual,
-                             subset tokens, std::span<float> h, std::span<float> row, std::span<float> y) noexcept {
+                             subset tokens, subset neurons, matrix_view<const float> gate_act, std::span<float> h,
+                             std::span<float> row, std::span<float> y) noexcept {
   const std::size_t n = tokens.count(input.rows);
   for (std::size_t k = 0; k < n; ++k) {
     const std::size_t t = tokens.all ? k : tokens.indices[k];
     const std::span<const float> x(input.row(t), input.cols);
     const std::span<float> out(residual.row(t), residual.cols);
-    dense_gated_ffn(f, x, {}, y, h, row);
+    const std::span<const float> g =
+        gate_act.data == nullptr ? std::span<const float>{} : std::span<const float>(gate_act.row(t), gate_act.cols);
+    if (neurons.all) {
+      dense_gated_ffn(f, x, g, y, h, row);
+    } else {
+      neuron_sparse_gated_ffn(f, neurons.indices, x, g, y, h.first(neurons.indices.size()), row);
+    }
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = out[i] + y[i];
   }
 }
