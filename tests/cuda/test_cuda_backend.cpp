@@ -537,6 +537,13 @@ TEST_CASE("cuda backend (fake driver): token-sparse FFN, a kept token equals its
         }
       }
     }
+    // A neuron union (a decode batch) is not built for CUDA: declined, never ignored.
+    const std::vector<std::uint32_t> some = {1, 4};
+    const ffn_layer layer{activation::silu, gate.view, up.view, none, down_t.view};
+    cuda::buffer residual = to_device<float>(ctx, residual_h);
+    const matrix_view<float> res{static_cast<float*>(residual.data()), tokens, d_model, stride * 4};
+    const token_ffn_args batch{layer, in, res, subset::everything(), subset::only(some)};
+    CHECK_FALSE(b.can_implement(batch));
   }
 }
 

@@ -806,6 +806,22 @@ TEST_CASE("neuron_sparse_ffn::batch: the union of the tokens' own sets, each tok
     CHECK(united.indices == all);
     CHECK(united.size() > kept[0].size());  // random inputs: the sets differ
     CHECK(s.reads.up_rows == united.size());
+    // One row: the decode step itself (its set, its bits).
+    {
+      std::vector<float> one_out(residual.begin(), residual.begin() + static_cast<std::ptrdiff_t>(d_model));
+      std::vector<selection> one_kept;
+      selection one_united;
+      ffn_scratch one_s;
+      REQUIRE(op.batch(0, layer, matrix_view<const float>::packed(input.data(), 1, d_model),
+                       matrix_view<float>::packed(one_out.data(), 1, d_model), one_kept, one_united, one_s, ex));
+      std::vector<float> y(d_model);
+      selection alone;
+      ffn_scratch s1;
+      REQUIRE(op(layer, std::span<const float>(input.data(), d_model), y, alone, s1, ex));
+      CHECK(one_kept.at(0).indices == alone.indices);
+      CHECK(one_united.indices == alone.indices);
+      for (std::size_t c = 0; c < d_model; ++c) CHECK(one_out[c] == residual[c] + y[c]);
+    }
     // Each token's update: the FFN over the union, with the gate the one-token call computes.
     for (std::size_t k = 0; k < n; ++k) {
       const std::span<const float> x(input.data() + k * d_model, d_model);

@@ -137,6 +137,7 @@ struct neuron_sparse_ffn {
   // for the batch (token_ffn_args with neurons = U, the gate given). Each row's update equals
   // the one-token FFN over U (the union gathered) bit for bit on the CPU backend; the union
   // grows with the batch (benchmarks: cpu_ffn_batch, cpu_ffn_spec). s.reads counts the union.
+  // One row runs the decode step itself (the token FFN's batch kernels are slower for one token).
   // Not for layers whose schedule gives a second stage or a gate predictor, nor a score from h
   // (clear errors): those read per token what a batch reads once.
   status batch(std::size_t layer, const ffn_layer& w, matrix_view<const float> input, matrix_view<float> residual,
@@ -155,6 +156,16 @@ struct neuron_sparse_ffn {
                     "gate_preactivation or gate_activation (a score from h reads every row per token)");
     kept.resize(n);
     united.reset(d_ff);
+    if (n == 1) {                   // one token: the decode step itself (its union is its own set)
+      s.gates.resize(w.d_model());  // holds y here (the buffer grows once, as every scratch)
+      const std::span<float> y(s.gates.data(), w.d_model());
+      const status one = token(layer, w, std::span<const float>(input.row(0), input.cols), {}, y, kept[0], s, ex);
+      if (!one) return one;
+      united.indices.assign(kept[0].indices.begin(), kept[0].indices.end());
+      float* const out = residual.row(0);
+      for (std::size_t c = 0; c < y.size(); ++c) out[c] += y[c];
+      return status::ok();
+    }
     s.gates.resize(n * d_ff);
     const matrix_view<float> gates{s.gates.data(), n, d_ff, d_ff * sizeof(float)};
     status st = status::ok();

@@ -229,8 +229,13 @@ struct cuda_backend {
   }
 
   // --- residual[t] += FFN(input[t]) for the kept tokens t ------------------------------------
+  // Every neuron, the gate computed here: a neuron union (decode batches) is not built for CUDA.
+  static constexpr std::string_view no_union =
+      "cuda: the token FFN over a neuron union or with a given gate (a decode batch) is not built; "
+      "the CPU and reference backends run it";
   [[nodiscard]] status can_implement(const token_ffn_args& a) const noexcept {
     if (const status s = ffn_status(a.weights, false); !s) return s;
+    if (!a.neurons.all || a.gate_act.data != nullptr) return status::not_handled(no_union);
     if (a.input.row_stride % sizeof(float) != 0 || a.residual.row_stride % sizeof(float) != 0) {
       return status::not_handled("cuda: token rows must be a whole number of floats apart");
     }
@@ -250,6 +255,7 @@ struct cuda_backend {
   status run(const token_ffn_args& a, std::span<std::byte> workspace, executor_type& ctx) const {
     constexpr std::string_view where = "cuda::token_ffn";
     check_shapes(a, where);
+    if (!a.neurons.all || a.gate_act.data != nullptr) return status::not_handled(no_union);
     const std::size_t k = a.tokens.count(a.input.rows);
     if (k == 0) return status::ok();
     cuda::detail::carve ws(workspace, workspace_size(a), where);
