@@ -183,9 +183,10 @@ struct neuron_sparse_ffn {
     }
     if (!st) return st;
     if (layer_is_dense(setting)) {
-      for (selection& k : kept) {
-        k.reset(d_ff);
-        k.keep_all(d_ff, fallback_reason::dense_layer);
+      for (std::size_t t = 0; t < n; ++t) {
+        kept[t].reset(d_ff);
+        kept[t].keep_all(d_ff, fallback_reason::dense_layer);
+        detail::activate(backend, w.act, std::span<float>(gates.row(t), d_ff));
       }
       united.keep_all(d_ff, fallback_reason::dense_layer);
     } else {
@@ -209,9 +210,6 @@ struct neuron_sparse_ffn {
                        std::back_inserter(s.merged));
         united.indices.swap(s.merged);
       }
-    }
-    if (layer_is_dense(setting)) {
-      for (std::size_t t = 0; t < n; ++t) detail::activate(backend, w.act, std::span<float>(gates.row(t), d_ff));
     }
     const std::size_t u = united.size();
     s.reads = {d_ff, u, u, 0};
@@ -241,7 +239,7 @@ struct neuron_sparse_ffn {
       s.reads.every_row = plan.every_row();
       s.reads.interleaved = plan.up_interleaved != nullptr;
       s.reads.down_columns = 0;
-      if (plan.down_columns) {
+      if (plan.down_columns_copy != nullptr) {
         const std::size_t d_ff = a.weights.d_ff();
         if (a.neurons.all) {
           s.reads.down_columns = (d_ff + 31) / 32;

@@ -140,7 +140,6 @@ struct ffn_plan {
   phase1_rows rows = phase1_rows::every_row;
   down_path down = down_path::axpy;
   bool gate_given = false;                           // gate_act passed: W_gate is not read
-  bool down_columns = false;                         // down == column_blocks
   bool up_int8 = false;                              // W_up's GEMV runs on x quantized (int8 kernels)
   bool gate_int8 = false;                            // W_gate's likewise (when it is read)
   bool quantize_x = false;                           // some GEMV of phase 1 runs on x quantized
@@ -199,7 +198,6 @@ struct ffn_plan {
   if (down_blocks != nullptr) {
     p.down = down_path::column_blocks;
     p.down_columns_copy = down_blocks;
-    p.down_columns = true;
   } else if (p.every_row() && down_copy != nullptr) {
     p.down = down_path::interleaved_gemv;
     p.down_interleaved = down_copy;
