@@ -35,18 +35,6 @@ COLOURS = perf_report.COLOURS
 SET_MARKERS = {"random": "o", "clustered": "s", "coalesced": "^", "gathered": "D"}
 
 
-def pyplot():
-    """matplotlib.pyplot on the file-only Agg backend, or None when matplotlib is missing."""
-    try:
-        import matplotlib
-    except ImportError:
-        return None
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.hashsalt"] = "actsparse"  # the same SVG bytes for the same input
-    import matplotlib.pyplot as plt
-    return plt
-
-
 def series_of(rows):
     """{label: [(kept, kl), ...]} for every sparse family, sorted by kept fraction."""
     out = {}
@@ -267,7 +255,7 @@ def main(argv=None):
     p.add_argument("--bench", default=os.path.join(REPO, "bench-results", "latest.json"))
     p.add_argument("--out-dir")
     a = p.parse_args(argv)
-    plt = pyplot()
+    plt = perf_report.pyplot()
     if plt is None:
         print("demo_plots: matplotlib is not installed for %s; on Debian: apt-get install python3-matplotlib, "
               "then run this script with /usr/bin/python3" % sys.executable, file=sys.stderr)

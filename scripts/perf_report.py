@@ -1,26 +1,50 @@
 #!/usr/bin/env python3
-"""Markdown tables and SVG plots from a Google Benchmark JSON file (standard library only).
+"""Markdown tables and speed-up plots (matplotlib, PNG and SVG) from a Google Benchmark JSON file.
 
 Usage:
     python3 scripts/perf_report.py [JSON] [--out-dir DIR] [--markdown FILE]
 
     JSON        Google Benchmark output (--benchmark_format=json or --benchmark_out=...),
                 default bench-results/latest.json (relative to the repository root)
-    --out-dir   where the SVG plots go, default docs/perf (relative to the repository root)
-    --markdown  also write the Markdown report to FILE (it is always printed to stdout)
+    --out-dir   where the plots go, default docs/perf (relative to the repository root)
+    --markdown  also write the Markdown report to FILE (it is always printed to stdout); the
+                report links the PNG plots relative to FILE's folder (without it: the current one)
 
 Rows: the median aggregates (run with --benchmark_repetitions=N
 --benchmark_report_aggregates_only=true); a file of plain iteration rows is reduced to the
 median per name here. FFN decode rows are recognised by their name,
     cpu_ffn/<dtype>/<shape>/t<threads>/dense
     cpu_ffn/<dtype>/<shape>/t<threads>/<random|clustered|coalesced|gathered>_a<activity>
-and get one table and one plot, ffn_speedup_<shape>_t<threads>.svg, per (shape, threads):
-speed-up over dense against the activity a, with the ideal 3/(1+2a). Every other row goes to
-one generic table with all its counters. The counters pct_of_ideal and pct_of_read are ratios
-(1.0 = 100%) and are shown in percent; a value above 2 is taken to be a percentage already.
+and get, per (shape, threads):
+  - a summary table under "## Summary: speed-up over dense", heading "### <shape>, <n> thread(s)":
+    one row per dtype (f32, f16, bf16, q8_0, q4_0, then the others sorted, e.g. q4_0_x16),
+        | dtype | dense ms | pct_of_read | resident_ratio | a=0.6 | a=0.4 | a=0.2 | a=0.1 | a=0.05 | crossover |
+    dense ms, pct_of_read (in percent) and resident_ratio ("1.00x") of the dense row; at each a
+    the random row's speedup and pct_of_ideal as a fraction, "1.23x (0.95)" ("1.23x" without
+    pct_of_ideal); crossover: the smallest a among the random rows whose path counter is 1 (the
+    op read every row), "none" when no random row has path 1; "-" for anything missing (no such
+    row or counter; crossover: no random row has a path counter);
+  - a table of every row, "## FFN decode, <shape>, <n> thread(s)";
+  - a plot, ffn_speedup_<shape>_t<threads>.png and .svg in --out-dir, linked (PNG) from the
+    report: speed-up over dense against the activity a on a linear y axis from 0 (the values lie
+    between about 0.5 and 3, where a log scale only squeezes the curves together); per dtype a
+    line with filled circles for the random set and hollow markers for the clustered (square),
+    coalesced (triangle) and gathered (diamond) sets; the ideal 3/(1+2a) dashed black, dense
+    (1.0) a grey horizontal line; legend right of the axes. Each drawn series is an SVG group
+    with the id random_<dtype>, <set>_<dtype>, ideal or dense.
+Every other row goes to one generic table with all its counters. The counters pct_of_ideal and
+pct_of_read are ratios (1.0 = 100%) and are shown in percent in the row tables; a value above 2
+is taken to be a percentage already.
+
+matplotlib is optional: without it the tables are still written (stdout and --markdown), the
+report says that no plot was drawn and links none, one note goes to stderr (Debian: apt-get
+install python3-matplotlib, then run this script with /usr/bin/python3) and the exit status
+stays 0; plot files already in --out-dir are left as they are.
 
 Exit status: 0, or 2 with a one-line error on stderr when the file is missing, is not JSON or
-holds no benchmark rows. The output depends only on the JSON (same input, same bytes).
+holds no benchmark rows. The output depends only on the JSON and on whether matplotlib is there
+(same input, same Markdown, PNG and SVG bytes: no dates or versions in the files, the SVG ids
+salted with a fixed svg.hashsalt).
 """
 import argparse
 import json
@@ -29,12 +53,13 @@ import os
 import re
 import statistics
 import sys
-from xml.sax.saxutils import escape
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DTYPES = ["f32", "f16", "bf16", "q8_0", "q4_0"]
 SETS = ["random", "clustered", "coalesced", "gathered"]
 COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+# Hollow markers for the non-random index sets (the random set: a line with filled circles).
+SET_MARKERS = {"clustered": "s", "coalesced": "^", "gathered": "D"}
 FFN_RE = re.compile(r"^cpu_ffn/([^/]+)/([^/]+)/t(\d+)/(?:(dense)|(random|clustered|coalesced|gathered)_a(\d+(?:\.\d+)?))(?:/|$)")
 # Trailing components Google Benchmark appends to a name (not user arguments).
 GB_SUFFIX_RE = re.compile(r"/(?:real_time|manual_time|process_time|iterations:\d+|repeats:\d+"
@@ -179,107 +204,121 @@ def other_table(rows):
     return out
 
 
-def nice_step(top):
-    """A tick step giving at most 8 ticks from 0 to top."""
-    for mult in (1, 10, 100, 1000):
-        for s in (0.5, 1, 2, 5):
-            if top / (s * mult) <= 8:
-                return s * mult
-    return top / 8
+SUMMARY_ACTIVITIES = [0.6, 0.4, 0.2, 0.1, 0.05]
 
 
-def svg_header(width, height, title, title_x):
-    """The first lines of an SVG plot: the root element, its title and a white background."""
-    return ['<?xml version="1.0" encoding="UTF-8"?>',
-            '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
-            'font-family="sans-serif" font-size="12">' % (width, height, width, height),
-            "<title>%s</title>" % escape(title),
-            '<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>' % (width, height),
-            '<text x="%d" y="28" font-size="16" text-anchor="middle">%s</text>' % (title_x, escape(title))]
+def frac(v):
+    """A ratio counter as a fraction with 2 decimals (a value above 2 is taken to be a percentage)."""
+    if v is None or not math.isfinite(v):
+        return None
+    return "%.2f" % (v / 100.0 if abs(v) > 2 else v)
 
 
-def x_grid(sx, y0, y1):
-    """Vertical grid lines and tick labels at 0, 0.1, ..., 1 (a fraction on the x axis)."""
-    o = []
-    for i in range(11):
-        a = i / 10
-        o.append('<line x1="%.2f" y1="%d" x2="%.2f" y2="%d" stroke="#e5e5e5"/>' % (sx(a), y0, sx(a), y1))
-        o.append('<text x="%.2f" y="%d" text-anchor="middle">%.1f</text>' % (sx(a), y1 + 18, a))
-    return o
+def speedup_cell(row):
+    """'1.23x (0.95)': the speed-up over dense and the fraction of the ideal; '1.23x' without
+    pct_of_ideal, '-' without the row or its speedup counter."""
+    s = row["counters"].get("speedup") if row else None
+    if s is None or not math.isfinite(s):
+        return "-"
+    f = frac(row["counters"].get("pct_of_ideal"))
+    return "%.2fx" % s if f is None else "%.2fx (%s)" % (s, f)
 
 
-def svg_plot(shape, threads, rows):
-    """The speed-up plot of one (shape, threads) as SVG text."""
-    W, H, x0, x1, y0, y1 = 760, 460, 64, 560, 48, 400
+def crossover(random_rows):
+    """The smallest activity whose random row reads every row (path counter 1), 'none' when no
+    random row does, '-' when no random row has a path counter."""
+    with_path = [r for r in random_rows if "path" in r["counters"]]
+    if not with_path:
+        return "-"
+    dense = [r["activity"] for r in with_path if r["counters"]["path"] >= 0.5]
+    return "%.2f" % min(dense) if dense else "none"
+
+
+def summary_table(rows):
+    """One row per dtype: the dense row's time, pct_of_read and resident_ratio, the random rows'
+    speed-up at SUMMARY_ACTIVITIES, and the crossover."""
+    out = ["| dtype | dense ms | pct_of_read | resident_ratio | "
+           + " | ".join("a=%g" % a for a in SUMMARY_ACTIVITIES) + " | crossover |",
+           "|---|" + "---:|" * (3 + len(SUMMARY_ACTIVITIES) + 1)]
+    for d in sorted({r["dtype"] for r in rows}, key=dtype_key):
+        mine = [r for r in rows if r["dtype"] == d]
+        dense = next((r for r in mine if r["set"] == "dense"), None)
+        random_rows = [r for r in mine if r["set"] == "random"]
+        dc = dense["counters"] if dense else {}
+        rr = dc.get("resident_ratio")
+        cells = [md_cell(d), fmt(dense["ms"]) if dense else "-", pct(dc.get("pct_of_read")),
+                 "-" if rr is None or not math.isfinite(rr) else "%.2fx" % rr]
+        for a in SUMMARY_ACTIVITIES:
+            cells.append(speedup_cell(next((r for r in random_rows if abs(r["activity"] - a) < 1e-9), None)))
+        cells.append(crossover(random_rows))
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or None when matplotlib is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "actsparse"  # the same SVG bytes for the same input
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def speedup_figure(plt, shape, threads, rows):
+    """The speed-up plot of one (shape, threads): a linear y axis from 0 (the speed-ups lie
+    between about 0.5 and the ideal's 3, where a log scale only squeezes the curves together)."""
     pts = [r for r in rows if r["set"] != "dense" and r["counters"].get("speedup") is not None]
-    top = max([3.0] + [r["counters"]["speedup"] for r in pts]) * 1.05
-    step = nice_step(top)
-    ymax = math.ceil(top / step) * step
-    sx = lambda a: x0 + a * (x1 - x0)
-    sy = lambda v: y1 - max(0.0, v) / ymax * (y1 - y0)
-    title = "%s FFN decode, %s: speed-up vs activity" % (shape, thread_word(threads))
-    o = svg_header(W, H, title, (x0 + x1) // 2) + x_grid(sx, y0, y1)
-    n = int(round(ymax / step))
-    for i in range(n + 1):  # y grid and ticks
-        v = i * step
-        o.append('<line x1="%d" y1="%.2f" x2="%d" y2="%.2f" stroke="#e5e5e5"/>' % (x0, sy(v), x1, sy(v)))
-        o.append('<text x="%d" y="%.2f" text-anchor="end">%s</text>' % (x0 - 6, sy(v) + 4, fmt(v)))
-    o.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#333333"/>' % (x0, y0, x1 - x0, y1 - y0))
-    o.append('<text x="%d" y="%d" text-anchor="middle">activity a (fraction of neurons kept)</text>'
-             % ((x0 + x1) // 2, y1 + 40))
-    o.append('<text x="18" y="%d" text-anchor="middle" transform="rotate(-90 18 %d)">speed-up over dense</text>'
-             % ((y0 + y1) // 2, (y0 + y1) // 2))
-    ideal = " ".join("%.2f,%.2f" % (sx(i / 100), sy(3 / (1 + 2 * i / 100))) for i in range(101))
-    o.append('<polyline class="ideal" points="%s" fill="none" stroke="#555555" stroke-width="1.5" '
-             'stroke-dasharray="6 4"/>' % ideal)
-    o.append('<line class="dense" x1="%d" y1="%.2f" x2="%d" y2="%.2f" stroke="#000000" stroke-width="1"/>'
-             % (x0, sy(1), x1, sy(1)))
+    fig, ax = plt.subplots(figsize=(9.0, 5.0))
+    a = [i / 100 for i in range(101)]
+    ideal, = ax.plot(a, [3 / (1 + 2 * x) for x in a], color="#000000", linestyle="--", linewidth=1.5,
+                     label="ideal 3/(1+2a)")
+    ideal.set_gid("ideal")
+    ax.axhline(1.0, color="#777777", linewidth=1.2, label="dense (1.0)").set_gid("dense")
     dtypes = sorted({r["dtype"] for r in pts}, key=dtype_key)
     for k, d in enumerate(dtypes):
         c = COLOURS[k % len(COLOURS)]
         mine = sorted((r for r in pts if r["dtype"] == d), key=lambda r: r["activity"])
         line = [r for r in mine if r["set"] == "random"]
         if line:
-            o.append('<polyline class="series" data-dtype="%s" points="%s" fill="none" stroke="%s" stroke-width="2"/>'
-                     % (escape(d), " ".join("%.2f,%.2f" % (sx(r["activity"]), sy(r["counters"]["speedup"]))
-                                            for r in line), c))
-        for r in mine:
-            o.append(marker(r["set"], sx(r["activity"]), sy(r["counters"]["speedup"]), c))
-    # Legend, right of the plot.
-    lx, ly = x1 + 20, y0 + 8
-    entries = [("line", COLOURS[k % len(COLOURS)], d) for k, d in enumerate(dtypes)]
-    entries += [("ideal", "#555555", "ideal 3/(1+2a)"), ("dense", "#000000", "dense (1.0)")]
-    entries += [(s, "#555555", s + " set") for s in SETS[1:] if any(r["set"] == s for r in pts)]
-    for i, (kind, c, label) in enumerate(entries):
-        y = ly + 20 * i
-        if kind in ("line", "ideal", "dense"):
-            dash = ' stroke-dasharray="6 4"' if kind == "ideal" else ""
-            o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>' % (lx, y, lx + 24, y, c, dash))
-        o.append(marker("random" if kind == "line" else kind, lx + 12, y, c))
-        o.append('<text x="%d" y="%d">%s</text>' % (lx + 32, y + 4, escape(label)))
-    o.append("</svg>")
-    return "\n".join(x for x in o if x) + "\n"
+            drawn, = ax.plot([r["activity"] for r in line], [r["counters"]["speedup"] for r in line], color=c,
+                             marker="o", markersize=4, linewidth=2, label=d)
+            drawn.set_gid("random_" + d)
+        else:  # only other sets: a legend entry for the colour
+            ax.plot([], [], color=c, marker="o", markersize=4, linewidth=2, label=d)
+        for s in SETS[1:]:
+            other = [r for r in mine if r["set"] == s]
+            if other:
+                ax.scatter([r["activity"] for r in other], [r["counters"]["speedup"] for r in other],
+                           marker=SET_MARKERS[s], s=36, facecolors="white", edgecolors=c, linewidths=1.5,
+                           zorder=3).set_gid("%s_%s" % (s, d))
+    for s in SETS[1:]:  # one legend entry per set present
+        if any(r["set"] == s for r in pts):
+            ax.scatter([], [], marker=SET_MARKERS[s], s=36, facecolors="white", edgecolors="#555555",
+                       linewidths=1.5, label=s + " set")
+    ax.set_xlim(-0.01, 1.01)  # the markers at a = 1 whole
+    ax.set_ylim(0.0, max([3.0] + [r["counters"]["speedup"] for r in pts]) * 1.05)
+    ax.set_xlabel("activity a (fraction of neurons kept)")
+    ax.set_ylabel("speed-up over dense")
+    ax.set_title("Sparse decode FFN, %s, %s: speed-up over dense" % (shape, thread_word(threads)))
+    ax.grid(True, color="#e5e5e5")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=9)
+    return fig
 
 
-def marker(kind, x, y, c):
-    """Filled circle (random set), hollow square (clustered), hollow triangle (coalesced), hollow
-    diamond (gathered: the random set with every proper subset gathered, no crossover)."""
-    if kind == "random":
-        return '<circle cx="%.2f" cy="%.2f" r="3.5" fill="%s"/>' % (x, y, c)
-    if kind == "clustered":
-        return ('<rect class="clustered" x="%.2f" y="%.2f" width="8" height="8" fill="#ffffff" stroke="%s" '
-                'stroke-width="1.5"/>' % (x - 4, y - 4, c))
-    if kind == "coalesced":
-        return ('<polygon class="coalesced" points="%.2f,%.2f %.2f,%.2f %.2f,%.2f" fill="#ffffff" stroke="%s" '
-                'stroke-width="1.5"/>' % (x, y - 5, x - 5, y + 4, x + 5, y + 4, c))
-    if kind == "gathered":
-        return ('<polygon class="gathered" points="%.2f,%.2f %.2f,%.2f %.2f,%.2f %.2f,%.2f" fill="#ffffff" '
-                'stroke="%s" stroke-width="1.5"/>' % (x, y - 5, x + 5, y, x, y + 5, x - 5, y, c))
-    return ""
+def save(plt, fig, out_dir, stem):
+    """Writes out_dir/stem.png and out_dir/stem.svg without dates or versions (same input, same
+    bytes); returns the PNG's path."""
+    for ext, meta in (("png", {"Software": None}), ("svg", {"Date": None, "Creator": None})):
+        fig.savefig(os.path.join(out_dir, stem + "." + ext), dpi=120, bbox_inches="tight", metadata=meta)
+    plt.close(fig)
+    return os.path.join(out_dir, stem + ".png")
 
 
 def report(path, out_dir, markdown):
-    """Writes the SVGs and returns the Markdown text."""
+    """Writes the plots (when matplotlib is there) and returns the Markdown text."""
     context, rows, reps = load(path)
     ffn, other = split_rows(rows)
     host = "host %s, %s CPUs" % (context.get("host_name", "?"), context.get("num_cpus", "?"))
@@ -291,18 +330,34 @@ def report(path, out_dir, markdown):
     md = ["# actsparse performance report", "",
           "Source: `%s` (%s, %s). Values are %s." % (shown, host, context.get("date", "date unknown"), what), ""]
     link_base = os.path.dirname(os.path.abspath(markdown)) if markdown else os.getcwd()
+    keys = sorted(ffn, key=lambda k: (k[0], k[1]))
+    plt = pyplot() if ffn else None
     if not ffn:
-        md += ["No FFN decode rows (cpu_ffn/...) in this file; no SVG written.", ""]
-    else:
+        md += ["No FFN decode rows (cpu_ffn/...) in this file; no plot written.", ""]
+    elif plt is None:
+        print("perf_report: note: matplotlib is not installed for %s; tables written, plots skipped "
+              "(Debian: apt-get install python3-matplotlib, then run this script with /usr/bin/python3)"
+              % sys.executable, file=sys.stderr)
+        md += ["No plots: matplotlib is not installed for the Python that ran scripts/perf_report.py.", ""]
+    if ffn:
+        md += ["## Summary: speed-up over dense", "",
+               "Per dtype: the dense row's median time, its read bandwidth against the fastest read pattern "
+               "(pct_of_read) and the bytes a layer holds against the dense weights' (resident_ratio); then the "
+               "random rows' speed-up over dense at activity a, with the fraction of the ideal 3/(1+2a) in "
+               "parentheses; crossover: the smallest a whose random row reads every row (path 1).", ""]
+        for shape, threads in keys:
+            md += ["### %s, %s" % (shape, thread_word(threads)), ""] + summary_table(ffn[(shape, threads)]) + [""]
+    if plt is not None:
         os.makedirs(out_dir, exist_ok=True)
-    for shape, threads in sorted(ffn, key=lambda k: (k[0], k[1])):
-        svg = os.path.join(out_dir, "ffn_speedup_%s_t%d.svg" % (shape, threads))
-        with open(svg, "w", encoding="utf-8", newline="\n") as f:
-            f.write(svg_plot(shape, threads, ffn[(shape, threads)]))
-        link = os.path.relpath(os.path.abspath(svg), link_base).replace(os.sep, "/")
+    for shape, threads in keys:
         md += ["## FFN decode, %s, %s" % (shape, thread_word(threads)), ""]
         md += ffn_table(ffn[(shape, threads)])
-        md += ["", "![%s FFN speed-up, %s](%s)" % (shape, thread_word(threads), link), ""]
+        md += [""]
+        if plt is not None:
+            png = save(plt, speedup_figure(plt, shape, threads, ffn[(shape, threads)]), out_dir,
+                       "ffn_speedup_%s_t%d" % (shape, threads))
+            link = os.path.relpath(os.path.abspath(png), link_base).replace(os.sep, "/")
+            md += ["![%s FFN speed-up, %s](%s)" % (shape, thread_word(threads), link), ""]
     if other:
         md += ["## Other rows", ""] + other_table(other) + [""]
     return "\n".join(md)
