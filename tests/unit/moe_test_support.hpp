@@ -56,7 +56,7 @@ inline std::vector<float> random_vector(std::size_t n, std::mt19937& rng) {
 }
 
 inline bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 }  // namespace moe_test
