@@ -12,6 +12,10 @@
 // an order, each block is permuted by its layer's order (the permutation calibration would
 // apply to the 172 neurons), which is what reordering a real model's weights does to its sets.
 //
+// Rows cpu_ffn_replay/<dtype>/7b/t<threads>/relu/<model|hot>: the same with the sets exact gating
+// keeps on the ReLU-fied model (data/stories260K_relu.bin, scripts/relufy.py: the neurons with
+// g > 0, whatever their share), in its order and hot-first (by the recorded frequencies).
+//
 // Rows cpu_ffn_replay/<dtype>/7b/t<threads>/a<keep>/<order>; per step (the same iterations, the
 // order of the parts rotated):
 //   dense_us / step_us   the dense FFN; the sparse step (neuron_sparse_ffn with the replayed set)
@@ -45,6 +49,8 @@
 #include <actsparse/calibration/neuron_order.hpp>
 #include <actsparse/ops/neuron_sparse_ffn.hpp>
 #include <actsparse/scorers/magnitude.hpp>
+#include <actsparse/scorers/relu_exact.hpp>
+#include <actsparse/selectors/threshold.hpp>
 #include <actsparse/selectors/top_k.hpp>
 
 #include <benchmark/benchmark.h>
@@ -53,6 +59,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -116,6 +123,54 @@ const recording& recorded(double keep) {
   return *slot;
 }
 
+// Records the neurons exact gating keeps (g > 0) at every (token, layer) of the ReLU model.
+class relu_recorder : public model_demo::demo_policy {
+ public:
+  explicit relu_recorder(recording* out) : out_(out) {}
+  void ffn(std::size_t layer, const ffn_layer& w, std::span<const float> x, std::span<float> y) override {
+    check(op_(w, x, y, kept_, scratch_, ex_), "exact gating");
+    out_->sets.emplace_back(kept_.indices.begin(), kept_.indices.end());
+    out_->layer_of.push_back(layer);
+  }
+
+ private:
+  recording* out_;
+  neuron_sparse_ffn<relu_exact, threshold, cpu_backend> op_{
+      relu_exact{}, threshold{0.0F}, score_source::gate_preactivation, {}};
+  selection kept_;
+  ffn_scratch scratch_;
+};
+
+// The sets exact gating keeps on the ReLU-fied model over the same calibration sequences (sampled
+// from it), or null when its checkpoint is missing; its hot-first order from the recorded
+// frequencies (no co-activation order: it would need the calibration's statistics of this model).
+const recording* recorded_relu() {
+  static std::unique_ptr<recording> slot;
+  static bool tried = false;
+  if (tried) return slot.get();
+  tried = true;
+  const std::string path = std::string(ACTSPARSE_DATA_DIR) + "/stories260K_relu.bin";
+  if (!std::ifstream(path).good()) return nullptr;
+  const llama2c::checkpoint ckpt = llama2c::checkpoint::load(path);
+  const llama2c::model m(ckpt, dtype::f32, activation::relu);
+  auto seqs = model_demo::sample_sequences(m, 4, 256, 1'000'000, 2);
+  const calibration_run::sample s = calibration_run::sample::of(m, std::move(seqs), 1);  // one worker: sequence order
+  auto r = std::make_unique<recording>();
+  r->d_ff = m.ffn(0).d_ff();
+  recording* out = r.get();
+  (void)calibration_run::measure(m, s, [out] { return std::make_unique<relu_recorder>(out); });
+  for (std::size_t l = 0; l < m.layers(); ++l) {
+    std::vector<double> frequency(r->d_ff, 0.0);
+    for (std::size_t i = 0; i < r->sets.size(); ++i) {
+      if (r->layer_of[i] != l) continue;
+      for (const std::uint32_t j : r->sets[i]) frequency[j] += 1.0;
+    }
+    r->inv_hot.push_back(inverse_permutation(hot_first_order(frequency)));
+  }
+  slot = std::move(r);
+  return slot.get();
+}
+
 // The 7B steps' sets under an order (0 the model's, 1 hot-first, 2 co-activation).
 std::vector<std::vector<std::uint32_t>> replay_sets(const recording& r, int order) {
   std::vector<std::vector<std::uint32_t>> out;
@@ -153,11 +208,17 @@ std::size_t runs_of(std::span<const std::uint32_t> set) {
   return runs;
 }
 
+// keep < 0: the ReLU model's exact-gating sets.
 template <class T>
 void BM_cpu_ffn_replay(benchmark::State& state, double keep, int order, std::size_t threads) {
   const shape s = llama2_7b;
   const layers<T>& w = weights<T>(s, false);
-  const std::vector<std::vector<std::uint32_t>> sets = replay_sets(recorded(keep), order);
+  const recording* rec = keep < 0.0 ? recorded_relu() : &recorded(keep);
+  if (rec == nullptr) {
+    state.SkipWithError("data/stories260K_relu.bin is missing (scripts/relufy.py makes it)");
+    return;
+  }
+  const std::vector<std::vector<std::uint32_t>> sets = replay_sets(*rec, order);
   const std::vector<float> x = random_floats(s.d_model, 1.0F, 7);
   std::vector<float> y(s.d_model);
   cpu::thread_pool pool(threads);
@@ -546,6 +607,20 @@ void register_refine(std::size_t threads) {
 }
 
 template <class T>
+void register_relu_replay(std::size_t threads) {
+  const char* orders[] = {"model", "hot"};
+  for (int order = 0; order < 2; ++order) {
+    char label[128];
+    std::snprintf(label, sizeof label, "cpu_ffn_replay/%s/7b/t%zu/relu/%s",
+                  std::string(name(dtype_traits<T>::type)).c_str(), threads, orders[order]);
+    benchmark::RegisterBenchmark(label, BM_cpu_ffn_replay<T>, -1.0, order, threads)
+        ->UseManualTime()
+        ->MinTime(0.3)
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+template <class T>
 void register_replay(std::size_t threads) {
   const char* orders[] = {"model", "hot", "coactivation"};
   for (const double keep : {0.8, 0.5, 0.2}) {
@@ -566,6 +641,11 @@ void register_replay(std::size_t threads) {
 int main(int argc, char** argv) {
   register_replay<float>(2);
   register_replay<block_q4_0>(2);
+  register_relu_replay<float>(2);
+  register_relu_replay<f16>(2);
+  register_relu_replay<bf16>(2);
+  register_relu_replay<block_q8_0>(2);
+  register_relu_replay<block_q4_0>(2);
   register_refine<float>(2);
   register_refine<block_q4_0>(2);
   register_down<block_q4_0>(2);

@@ -153,8 +153,11 @@ inline void rmsnorm(std::span<const float> x, std::span<const float> weight, std
 class model {
  public:
   // ffn_type: the FFN weights' dtype, f32 (the checkpoint's own) or q8_0 / q4_0 (quantized at
-  // load, see the top of this file; dim must then be a multiple of 32).
-  explicit model(const checkpoint& c, actsparse::dtype ffn_type = actsparse::dtype::f32)
+  // load, see the top of this file; dim must then be a multiple of 32). act: the FFN gate's
+  // activation, which a llama2.c checkpoint does not record: SiLU (llama2.c's), or ReLU for a
+  // ReLU-fied checkpoint (data/stories260K_relu.bin, scripts/relufy.py).
+  explicit model(const checkpoint& c, actsparse::dtype ffn_type = actsparse::dtype::f32,
+                 actsparse::activation act = actsparse::activation::silu)
       : ckpt_(&c), cfg_(c.cfg()), ffn_type_(ffn_type) {
     dim_ = static_cast<std::size_t>(cfg_.dim);
     hidden_ = static_cast<std::size_t>(cfg_.hidden_dim);
@@ -180,15 +183,15 @@ class model {
     for (std::size_t l = 0; l < layers_; ++l) {
       // llama2.c: h = silu(w1·x) ⊙ (w3·x), y = w2·h: gate = w1, up = w3, down = w2.
       if (ffn_type == actsparse::dtype::f32) {
-        ffn_.push_back(actsparse::ffn_layer{actsparse::activation::silu, c.w1(l), c.w3(l), c.w2(l), down_t_[l].view});
+        ffn_.push_back(actsparse::ffn_layer{act, c.w1(l), c.w3(l), c.w2(l), down_t_[l].view});
         continue;
       }
       for (const actsparse::matrix_view<const float> w : {c.w1(l), c.w3(l), down_t_[l].view.as<float>()}) {
         quantized_.push_back(quantized(w, ffn_type));
       }
       const std::size_t q = quantized_.size() - 3;
-      ffn_.push_back(actsparse::ffn_layer{actsparse::activation::silu, quantized_[q].view, quantized_[q + 1].view,
-                                          actsparse::weight_view{}, quantized_[q + 2].view});
+      ffn_.push_back(actsparse::ffn_layer{act, quantized_[q].view, quantized_[q + 1].view, actsparse::weight_view{},
+                                          quantized_[q + 2].view});
     }
   }
 

@@ -41,6 +41,8 @@ struct options {
   std::string only;  // --policy: run only the policies whose name contains this (dense always runs)
   // --quantized: the FFN dtypes of the quantized rows (quantized.hpp)
   std::vector<actsparse::dtype> quantized{actsparse::dtype::q8_0, actsparse::dtype::q4_0};
+  // --relu-checkpoint: the ReLU-fied model of the ReLU rows (relu.hpp); empty: no ReLU rows
+  std::string relu_checkpoint = std::string(ACTSPARSE_DATA_DIR) + "/stories260K_relu.bin";
   std::size_t workers = std::max(1U, std::thread::hardware_concurrency());
 };
 
@@ -260,7 +262,7 @@ struct row {
   double bytes = 1.0;
   quality q;
   double tokens_per_s = 0.0;
-  std::vector<double> kept_per_layer;       // token-sparse rows only
+  std::vector<double> kept_per_layer;       // token-sparse rows and ReLU exact gating only
   std::optional<double> experts_per_token;  // MoE rows only: mean over tokens and layers
   std::optional<double> memory_fraction;    // KV rows only: q.memory
   // Quantized rows only (family "quantized"): the FFN dtype, the f32 table's policy the row runs

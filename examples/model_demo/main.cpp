@@ -6,7 +6,8 @@
 // tokens/s. Thresholds (CATS, TEAL) are calibrated on a separate calibration sample.
 //
 //   model_demo [--checkpoint PATH] [--tokenizer PATH] [--sequences N] [--length N] [--kv-length N]
-//              [--json PATH] [--threads N] [--policy TEXT] [--quantized q8_0,q4_0|none] [--quick]
+//              [--json PATH] [--threads N] [--policy TEXT] [--quantized q8_0,q4_0|none]
+//              [--relu-checkpoint PATH|none] [--quick]
 //   model_demo --synthetic 7b|3b|tiny [--dtype f32|f16|bf16|q8_0|q4_0] [--layers N] [--tokens N]
 //              [--context N] [--threads N] [--interleave] [--json PATH]
 //
@@ -27,10 +28,14 @@
 // weights quantized to each dtype of --quantized (default both; none: no quantized rows), KL and
 // top-1 against the f32 dense model and against the quantized dense model.
 //
+// The ReLU rows (names "relu ...", relu.hpp) run the ReLU-fied model (--relu-checkpoint, default
+// data/stories260K_relu.bin; none: no ReLU rows) under exact gating and other policies, KL and
+// top-1 against the original dense model and against the ReLU model's dense FFN.
+//
 // The files: harness.hpp (sampling, the dense reference, KL / top-1 / perplexity),
 // policies.hpp (the policies, their calibration, the policy table), kv.hpp (the KV rows), moe.hpp (the dense model
 // split into 8 experts per layer with a fitted router: the MoE rows), quantized.hpp (the quantized rows),
-// synthetic.hpp (the random-weight decode),
+// relu.hpp (the ReLU rows), synthetic.hpp (the random-weight decode),
 // output.hpp (tables and JSON), this file (the command line). Libraries (Debian packages; examples only, the library
 // itself needs neither):
 //   CLI11 (libcli11-dev): the command line: typed options with ranges, choices, defaults in
@@ -52,6 +57,7 @@
 #include "output.hpp"
 #include "policies.hpp"
 #include "quantized.hpp"
+#include "relu.hpp"
 #include "synthetic.hpp"
 
 #include <CLI/CLI.hpp>
@@ -61,6 +67,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -227,6 +234,36 @@ int run_evaluation(const options& o) {
       bar.step(rows.back().policy);
     }
   }
+  // The ReLU rows: the ReLU-fied checkpoint, its own dense reference, its policies (relu.hpp).
+  bool with_relu = false;
+  if (!o.relu_checkpoint.empty()) {
+    const llama2c::checkpoint rc = llama2c::checkpoint::load(o.relu_checkpoint);
+    const auto same = [](const llama2c::config& a, const llama2c::config& b) {
+      return a.dim == b.dim && a.hidden_dim == b.hidden_dim && a.n_layers == b.n_layers && a.n_heads == b.n_heads &&
+             a.n_kv_heads == b.n_kv_heads && a.vocab_size == b.vocab_size;
+    };
+    if (!same(rc.cfg(), ckpt.cfg())) {
+      detail::fail("model_demo", "--relu-checkpoint", o.relu_checkpoint,
+                   "a ReLU-fied checkpoint of the same shape as --checkpoint (scripts/relufy.py)");
+    }
+    const model mr(rc, dtype::f32, activation::relu);
+    const layer_scorers relu_scorers = layer_scorers::of(mr);
+    std::vector<policy_config> relu = relu_table(mr.layers(), relu_scorers);
+    std::vector<policy_config> chosen;
+    for (policy_config& c : relu) {
+      if (c.name.find(o.only) != std::string::npos) chosen.push_back(std::move(c));
+    }
+    if (!chosen.empty()) {
+      with_relu = true;
+      bar.total += 1 + chosen.size();
+      const logprobs relu_lp = reference_logprobs(mr, eval, o.workers);
+      bar.step("relu dense reference");
+      for (const policy_config& c : chosen) {
+        rows.push_back(evaluate_row(mr, o, eval, {&dense_lp, &relu_lp}, c));
+        bar.step(c.name);
+      }
+    }
+  }
   // The KV rows: the evaluation sequences continued to --kv-length, their own dense reference.
   std::vector<kv_setting> kv;
   for (kv_setting& s : kv_table(m.layers(), m.kv_dim(), o.kv_length)) {
@@ -248,6 +285,7 @@ int run_evaluation(const options& o) {
   std::printf("\n%s", resident.c_str());
   if (moe.fitted()) print_moe(moe, rows);
   if (!quantized.empty()) print_quantized(rows);
+  if (with_relu) print_relu(rows);
   if (!kv.empty()) print_kv(o, kv, rows);
 
   // A greedy sample under dense and under one sparse preset, as text.
@@ -345,6 +383,12 @@ int main(int argc, char** argv) try {
           ->check(CLI::IsMember({"q8_0", "q4_0", "none"}))
           ->group(eval)
           ->capture_default_str();
+  CLI::Option* relu_checkpoint =
+      app.add_option("--relu-checkpoint", o.relu_checkpoint,
+                     "The ReLU-fied checkpoint of the ReLU rows (scripts/relufy.py; none: no ReLU rows)")
+          ->type_name("PATH")
+          ->group(eval)
+          ->capture_default_str();
   bool quick_run = false;
   CLI::Option* quick = app.add_flag("--quick", quick_run,
                                     "A small run: 4 sequences of 40 tokens (KV rows: 96; unless given), 2 calibration "
@@ -365,7 +409,8 @@ int main(int argc, char** argv) try {
   count("--tokens", so.tokens, "Decode steps per row", 1, 100000);
   count("--context", so.context, "KV cache positions", 1, 1 << 16);
   synthetic_only(app.add_flag("--interleave", so.interleave, "Interleaved copies of q8_0 / q4_0 matrices"));
-  for (CLI::Option* e : {checkpoint, tokenizer, sequences, length, kv_length, only, quantized, quick}) {
+  for (CLI::Option* e :
+       {checkpoint, tokenizer, sequences, length, kv_length, only, quantized, relu_checkpoint, quick}) {
     synthetic->excludes(e);
   }
   CLI11_PARSE(app, argc, argv);
@@ -380,6 +425,11 @@ int main(int argc, char** argv) try {
     return model_demo::run_synthetic_decode(so);
   }
   o.workers = threads;
+  if (o.relu_checkpoint == "none") o.relu_checkpoint.clear();
+  if (!*relu_checkpoint && !std::ifstream(o.relu_checkpoint).good()) {  // the default, not made yet
+    std::fprintf(stderr, "model_demo: no ReLU rows: %s not found (./dev relufy makes it)\n", o.relu_checkpoint.c_str());
+    o.relu_checkpoint.clear();
+  }
   if (!json.empty()) o.json = json;
   o.quantized.clear();
   for (const actsparse::dtype t : {actsparse::dtype::q8_0, actsparse::dtype::q4_0}) {  // each once, in this order

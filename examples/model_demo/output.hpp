@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -68,7 +69,7 @@ inline void print_results(const options& o, const llama2c::config& cfg, const st
       "when it needs the gate only; token-sparse decodes dense). KL: mean KL(dense || policy) of the next-token\n"
       "distributions; top1: agreement with dense; ppl: perplexity of the evaluation set; tok/s: greedy decode.\n");
   for (const row& r : rows) {
-    if (r.kept_per_layer.empty()) continue;
+    if (r.kept_per_layer.empty() || r.family != "token_sparse") continue;
     std::printf("%s kept tokens per layer:", r.policy.c_str());
     for (const double f : r.kept_per_layer) std::printf(" %.3f", f);
     std::printf("\n");
@@ -83,9 +84,11 @@ inline void print_greedy(const std::string& text_dense, const std::string& spars
 
 // {model, sequences, length, greedy_dense, greedy_sparse, rows: [{policy, family, scorer,
 // kept_fraction, bytes_fraction, kl, top1, ppl, tokens_per_s[, kept_per_layer][, experts_per_token]
-// [, memory_fraction][, ffn_dtype, base_policy, kl_vs_quant_dense, top1_vs_quant_dense]}]}; KV rows
-// (family "kv") are over sequences of kv_length tokens; quantized rows (family "quantized") have
-// kl / top1 against the f32 dense model and *_vs_quant_dense against the dense model of their dtype.
+// [, memory_fraction][, ffn_dtype, base_policy, kl_vs_quant_dense, top1_vs_quant_dense]
+// [, kl_vs_relu_dense, top1_vs_relu_dense]}]}; KV rows (family "kv") are over sequences of
+// kv_length tokens; quantized rows (family "quantized") have kl / top1 against the f32 dense model
+// and *_vs_quant_dense against the dense model of their dtype; ReLU rows (family "relu", relu.hpp)
+// kl / top1 against the original (SwiGLU) dense model and *_vs_relu_dense against the ReLU model's.
 inline json results_json(const options& o, const std::vector<row>& rows, const std::string& text_dense,
                          const std::string& text_sparse) {
   json out = {{"model", o.checkpoint},    {"sequences", o.sequences},   {"length", o.length},
@@ -107,7 +110,10 @@ inline json results_json(const options& o, const std::vector<row>& rows, const s
     }
     if (r.experts_per_token) j["experts_per_token"] = number(*r.experts_per_token);
     if (r.memory_fraction) j["memory_fraction"] = number(*r.memory_fraction);
-    if (r.vs_quant_dense) {
+    if (r.vs_quant_dense && r.family == "relu") {
+      j["kl_vs_relu_dense"] = number(r.vs_quant_dense->kl);
+      j["top1_vs_relu_dense"] = number(r.vs_quant_dense->top1);
+    } else if (r.vs_quant_dense) {
       j["ffn_dtype"] = r.ffn_dtype;
       j["base_policy"] = r.base_policy;
       j["kl_vs_quant_dense"] = number(r.vs_quant_dense->kl);
@@ -133,22 +139,45 @@ inline void print_kv(const options& o, const std::vector<kv_setting>& settings, 
   for (const kv_setting& s : settings) std::printf("  %s: %s\n", s.name.c_str(), s.description.c_str());
 }
 
+// The rows of `family` against two references: kl / top1 against the first (the f32 / original
+// dense model) and against the family's own dense model (`second`: its column's label); rows
+// named `per_layer_of` also print their kept fraction per layer.
+inline void print_two_references(const std::vector<row>& rows, std::string_view family, std::string_view second,
+                                 std::string_view per_layer_of = {}) {
+  const std::string kl2 = "KL " + std::string(second);
+  std::printf("%-46s %6s %6s %9s %6s %13s %8s %7s %9s\n", "policy", "kept", "bytes", "KL", "top1", kl2.c_str(),
+              "top1 2nd", "ppl", "tok/s");
+  for (const row& r : rows) {
+    if (!r.vs_quant_dense || r.family != family) continue;
+    std::printf("%-46s %6.3f %6.3f %9.5f %6.3f %13.5f %8.3f %7.3f %9.0f\n", r.policy.c_str(), r.kept, r.bytes, r.q.kl,
+                r.q.top1, r.vs_quant_dense->kl, r.vs_quant_dense->top1, r.q.ppl, r.tokens_per_s);
+    if (!per_layer_of.empty() && r.policy == per_layer_of) {
+      std::printf("  neurons active per layer (1 - the share of exact zeros):");
+      for (const double f : r.kept_per_layer) std::printf(" %.3f", f);
+      std::printf("\n");
+    }
+  }
+}
+
 // The quantized rows: the loss of quantization (KL against f32 dense of the quantized dense row)
 // and of sparsity (KL against the quantized dense model) side by side.
 inline void print_quantized(const std::vector<row>& rows) {
   std::printf(
       "\nQuantized FFN weights (W_gate, W_up, W_down^T by ggml's reference quantizers; attention and classifier "
       "f32): KL / top1 against the f32 dense model, and against the dense model of the same dtype (q dense)\n");
-  std::printf("%-46s %6s %6s %9s %6s %11s %8s %7s %9s\n", "policy", "kept", "bytes", "KL", "top1", "KL q dense",
-              "top1 q", "ppl", "tok/s");
-  for (const row& r : rows) {
-    if (!r.vs_quant_dense) continue;
-    std::printf("%-46s %6.3f %6.3f %9.5f %6.3f %11.5f %8.3f %7.3f %9.0f\n", r.policy.c_str(), r.kept, r.bytes, r.q.kl,
-                r.q.top1, r.vs_quant_dense->kl, r.vs_quant_dense->top1, r.q.ppl, r.tokens_per_s);
-  }
+  print_two_references(rows, "quantized", "q dense");
   std::printf(
       "bytes: of the quantized dense model's FFN bytes (the three matrices share one dtype, so a share of rows is a "
       "share of bytes); thresholds and calibrated budgets are the f32 model's.\n");
+}
+
+// The ReLU-fied model's rows (relu.hpp): against the original dense model and the ReLU model's
+// dense FFN, and the share of neurons active per layer under exact gating.
+inline void print_relu(const std::vector<row>& rows) {
+  std::printf(
+      "\nReLU-fied model (data/stories260K_relu.bin: SiLU -> ReLU, distilled from the original): KL / top1 against "
+      "the original (SwiGLU) dense model, and against the ReLU model's dense FFN (relu dense)\n");
+  print_two_references(rows, "relu", "relu dense", "relu exact gating");
 }
 
 // The MoE rows' experts per token and what the MoEfication measured (moe.hpp).

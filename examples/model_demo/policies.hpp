@@ -54,7 +54,8 @@ class demo_policy : public llama2c::policy {
   [[nodiscard]] virtual double kept_fraction() const { return 1.0; }
   // Fraction of the FFN weight bytes read per decode token.
   [[nodiscard]] virtual double bytes_fraction() const { return 1.0; }
-  // Kept fraction per layer, where the policy counts it per layer (token-sparse), else empty.
+  // Kept fraction per layer, where the policy counts it per layer (token-sparse, and neuron
+  // policies made with per_layer = true: the ReLU model's exact gating), else empty.
   [[nodiscard]] virtual std::vector<double> kept_per_layer() const { return {}; }
   // Mean experts per token over every FFN call (MoE policies only), else none.
   [[nodiscard]] virtual std::optional<double> experts_per_token() const { return std::nullopt; }
@@ -77,19 +78,30 @@ template <class Scorer, class Selector>
 class neuron_policy : public demo_policy {
  public:
   using op_type = neuron_sparse_ffn<Scorer, Selector, cpu_backend>;
-  explicit neuron_policy(std::vector<op_type> ops) : ops_(std::move(ops)) {}
+  explicit neuron_policy(std::vector<op_type> ops, bool per_layer = false)
+      : ops_(std::move(ops)), per_layer_(per_layer ? ops_.size() : 0) {}
   void ffn(std::size_t layer, const ffn_layer& w, std::span<const float> x, std::span<float> y) override {
     check(ops_.at(layer)(w, x, y, kept_, scratch_, ex_), "neuron-sparse FFN");
     count_.add(kept_);
+    if (!per_layer_.empty()) per_layer_.at(layer).add(kept_);
+  }
+  [[nodiscard]] std::vector<double> kept_per_layer() const override {
+    std::vector<double> out;
+    for (const auto& c : per_layer_) out.push_back(c.fraction());
+    return out;
   }
   [[nodiscard]] double kept_fraction() const override { return count_.fraction(); }
   [[nodiscard]] double bytes_fraction() const override {
     return ffn_bytes_fraction(ops_.front().source, count_.fraction());
   }
-  void reset_counts() override { count_ = {}; }
+  void reset_counts() override {
+    count_ = {};
+    for (auto& c : per_layer_) c = {};
+  }
 
  private:
   std::vector<op_type> ops_;
+  std::vector<kept_counter> per_layer_;
   selection kept_;
   ffn_scratch scratch_;
   kept_counter count_;
