@@ -3,7 +3,7 @@
 // keep-all sparse policy equals dense bit for bit; a KV cache in tiered stores (f32: the plain
 // cache's logits; compressed: exact bytes, error growing as the bits shrink); the model with its
 // FFN weights quantized to q8_0 / q4_0 (core's quantizer's bytes, W_downᵀ rounded once; logits
-// close to f32; the reference and CPU backends agree on its FFNs).
+// close to f32; the reference and CPU backends agree on its FFNs); the FFN gate under ReLU.
 #include "llama2c/checkpoint.hpp"
 #include "llama2c/model.hpp"
 
@@ -11,6 +11,8 @@
 #include <actsparse/core/quantize.hpp>
 #include <actsparse/ops/neuron_sparse_ffn.hpp>
 #include <actsparse/scorers/magnitude.hpp>
+#include <actsparse/scorers/relu_exact.hpp>
+#include <actsparse/selectors/threshold.hpp>
 #include <actsparse/selectors/top_k.hpp>
 
 #include <doctest/doctest.h>
@@ -115,6 +117,36 @@ TEST_CASE("llama2c model: a keep-all sparse policy gives the dense logits and to
   auto c3 = m.new_cache();
   m.prefill(tokens, c3, got, half);  // a real sparse policy changes the logits
   CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0);
+}
+
+TEST_CASE("llama2c model: a ReLU gate is applied, and exact gating on it gives the dense logits") {
+  // The bundled weights under ReLU (a ReLU-fied checkpoint has this model's shape): not the SiLU
+  // model's logits; exact gating (relu_exact, threshold 0: the neurons with g > 0, the only ones
+  // with h != 0) reads about half the rows and leaves the logits as dense computes them.
+  const llama2c::model silu(stories());
+  const llama2c::model relu(stories(), actsparse::dtype::f32, actsparse::activation::relu);
+  CHECK(relu.ffn(0).act == actsparse::activation::relu);
+  llama2c::dense_policy dense;
+  sparse_policy exact(actsparse::relu_exact{}, actsparse::threshold{0.0F});
+  std::vector<int> tokens = {1};
+  for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 11) % 512);
+  std::vector<float> base(tokens.size() * relu.vocab());
+  std::vector<float> want(base.size());
+  std::vector<float> got(base.size());
+  auto c0 = silu.new_cache();
+  auto c1 = relu.new_cache();
+  auto c2 = relu.new_cache();
+  silu.prefill(tokens, c0, base, dense);
+  relu.prefill(tokens, c1, want, dense);
+  relu.prefill(tokens, c2, got, exact);
+  double differ = 0.0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    differ = std::max(differ, static_cast<double>(std::fabs(base[i] - want[i])));
+    worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
+  }
+  CHECK(differ > 0.1);
+  CHECK(worst <= 1e-5);
 }
 
 TEST_CASE("llama2c model: bad tokens, a full cache and wrong logit sizes are errors") {
