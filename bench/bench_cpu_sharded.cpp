@@ -142,23 +142,18 @@ void BM_sharded_step(benchmark::State& state, Policy policy) {
 
 }  // namespace
 
+namespace {
+// Both policies over the same rank counts.
+void over_ranks(benchmark::internal::Benchmark* b) {
+  b->ArgName("ranks")->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseManualTime()->MinTime(0.3);
+}
+}  // namespace
+
 BENCHMARK_CAPTURE(BM_sharded_step, top_k_0 .2, top_k::by_ratio(0.2))
     ->Name("cpu_sharded_step/bf16/7b/top_k_0.2")
-    ->ArgName("ranks")
-    ->Arg(1)
-    ->Arg(2)
-    ->Arg(4)
-    ->Arg(8)
-    ->UseManualTime()
-    ->MinTime(0.3);
+    ->Apply(over_ranks);
 BENCHMARK_CAPTURE(BM_sharded_step, mass_0 .8, cumulative_mass{0.8})
     ->Name("cpu_sharded_step/bf16/7b/mass_0.8")
-    ->ArgName("ranks")
-    ->Arg(1)
-    ->Arg(2)
-    ->Arg(4)
-    ->Arg(8)
-    ->UseManualTime()
-    ->MinTime(0.3);
+    ->Apply(over_ranks);
 
 BENCHMARK_MAIN();
