@@ -1,7 +1,75 @@
 #!/usr/bin/env python3
 """ReLU-fies the llama2.c stories260K model by distillation (issue 24, part 1: the model).
 
-METHOD_PLACEHOLDER
+    /usr/bin/python3 scripts/relufy.py [--steps N] [--minutes M] [--out data/stories260K_relu.bin]
+
+Reads the SwiGLU teacher (data/stories260K.bin), trains a student of the same architecture
+and initial weights whose FFN gate is relu instead of silu,
+    FFN(x) = w2 (relu(w1 x) * (w3 x))       (teacher: silu(w1 x)),
+and writes it as a llama2.c checkpoint of the same layout (data/stories260K_relu.bin; the
+RoPE tables are copied through) with a JSON report next to it. numpy only, one thread; the
+forward pass reproduces examples/llama2c/model.hpp (RMSNorm eps 1e-5, RoPE on pairs (i, i+1),
+grouped-query attention, shared classifier): greedy decoding from BOS gives the tokens
+tests/unit/test_llama2c_model.cpp documents. The C++ model hard-codes silu: running the
+student needs activation::relu there (part 2 of the issue).
+
+Data. --sequences sequences of --length tokens sampled from the teacher from BOS at
+temperature 1 (PCG64, --seed), and its next-token distribution at every position (stored in
+float16); a held-out set from --eval-seed. No outside text.
+
+Method (what and why):
+  - Loss: mean KL(teacher || student) over every position, plus a sparsity penalty. Adam
+    (beta2 0.99), linear warmup then cosine decay, global gradient norm clipped at 1. The
+    backward pass is written by hand (scripts/test_relufy.py checks it against finite
+    differences).
+  - The gate moves from silu to relu gradually, (1 - a) silu + a relu with a rising from 0
+    to 1 over the first --relu-ramp of the steps: swapping relu in at once costs 3.6
+    nats/token (the teacher leans on silu's negative lobe); the ramp lets the rest of the
+    network follow.
+  - Sparsity penalty: the L1 norm of the gate's relu output measured in units of its row,
+    relu(g_j) / ||w1_j * rms_ffn||, as in ProSparse but normalized: a plain L1 on relu(g)
+    can be lowered without a single extra zero by shrinking w1 and growing w3 (or rms_ffn
+    and w2), the same function; the normalized one is invariant to those rescalings, so
+    only turning neurons off lowers it. (--cap bounds each term, a surrogate of the count
+    of active neurons; not used by the reference run.)
+  - The penalty's weight lambda is set by a controller, not a fixed schedule: once the gate
+    is relu, a target zero share rises linearly from the share then (about 54%) to --target
+    over --ramp of the steps and holds; every step lambda *= exp(gain * (target - share)).
+    The run thus ends at the target share whatever the exchange rate between KL and zeros,
+    and the remaining steps recover KL at that share as lambda relaxes.
+  - No shifted relu: relu(x - b) needs a per-neuron bias, which the llama2.c format has no
+    place for (the FFN has no bias and its input is RMS-normalized, so no input is
+    constant); the student is a plain llama2.c file that any llama2.c runner reads with the
+    gate's activation switched to relu.
+
+Results (held-out: 64 sequences x 256 tokens; KL in nats/token against the teacher, whose
+perplexity on its own samples is 3.57; zeros: exact zeros of relu(w1 x) over all layers):
+    run                                                    steps    zeros   KL     top-1   ppl
+    relu swapped in, no training                               0    50.4%   3.56   16.6%  126.5
+    relu, no penalty                                         150    51.5%   0.043  90.9%   3.73
+    penalty, fast controller (gain 3, lambda up to 10) *     150    85.3%   0.242  78.6%   4.55
+    penalty, gain 1, target 0.85                             150    86.2%   0.330  74.7%   4.97
+      the same, each term capped at 1 (--cap 1)              150    86.4%   0.305  75.6%   4.87
+    penalty, gain 1, lambda at most 2 *                      150    74.6%   0.142  83.5%   4.11
+    each FFN alone fitted to the teacher's (MSE, penalty)  600/layer 82.6%  0.566  64.1%   6.38
+      then end to end, target 0.82                           300    82.7%   0.112  85.6%   4.01
+    target 0.83, gain 0.5                                    600    83.5%   0.107  85.9%   3.98
+    target 0.82, gain 0.5                                    500    82.6%   0.110  85.8%   3.99
+    the reference run (the defaults: target 0.81)            500    81.6%   0.103  85.9%   3.97
+  (* 512 training sequences, the others 2048; the exploration runs shuffled with another
+  stream than this script.) The issue's goal, KL <= 0.05 at >= 80% zeros, is not reached in
+  the budget: relu alone still costs 0.04 after 150 steps, and at 81-84% zeros the runs of
+  500-600 steps end at 0.10-0.11; the KL was still falling when they ended (training KL
+  0.12 -> 0.10 over the last 100 steps), so a longer run would get further.
+
+Reproducibility: the same seed and arguments write the same bytes (one BLAS thread, fixed
+orders of summation, the number of steps fixed by --steps). --minutes is only a safety
+stop: if the budget runs out first, training stops early with a warning, the JSON says
+"reference": false, and the result is not the reference one.
+
+Speed: Debian's numpy links the reference BLAS; the projections run through np.einsum
+(2-3x faster here) and attention skips the causal mask's upper blocks. A step of 16 x 256
+tokens takes 1.1-1.3 s on the 2-core build machine; the reference run takes 11 minutes.
 """
 
 import os
@@ -405,8 +473,8 @@ def sample(cfg, P, n, T, rng, alpha=SILU, temperature=1.0, progress=None):
     """n sequences of T tokens from BOS, decoded together (one position at a time, a KV
     cache per layer), each next token drawn from softmax(logits / temperature) by inverse CDF
     with one rng.random() per sequence and position. Returns (tokens [n x T] int32,
-    probs [n x T x vocab], the model's dtype): probs[i, t] is the model's next-token distribution after
-    tokens[i, :t+1] at temperature 1 (the distillation target)."""
+    probs [n x T x vocab] in the model's dtype): probs[i, t] is the model's next-token
+    distribution after tokens[i, :t+1] at temperature 1 (the distillation target)."""
     L, D, NH, NKV, hs, V = cfg.n_layers, cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_size, cfg.vocab_size
     G = NH // NKV
     dt = P["emb"].dtype
@@ -518,12 +586,12 @@ class Hyper:
     beta2: float = 0.99
     adam_eps: float = 1e-8
     clip: float = 1.0  # global gradient norm
-    relu_ramp: float = 0.2  # the gate moves from silu to relu (alpha 0 -> 1) over this part of the steps
-    target: float = 0.85  # zero share the penalty's controller holds once ramped
-    ramp: float = 0.4  # the target rises linearly from the start's share over this part of the steps
-    lam0: float = 0.01  # the penalty's initial weight
-    gain: float = 3.0  # controller: lam *= exp(gain * (target - zeros)) per step
-    lam_max: float = 10.0
+    relu_ramp: float = 0.1  # the gate moves from silu to relu (alpha 0 -> 1) over this part of the steps
+    target: float = 0.81  # zero share the penalty's controller holds once ramped
+    ramp: float = 0.4  # the target rises linearly from the share at the swap over this part of the steps
+    lam0: float = 0.1  # the penalty's weight when it starts (the gate then relu)
+    gain: float = 0.5  # controller: lam *= exp(gain * (target - zeros)) per step
+    lam_max: float = 5.0
     cap: float = math.inf  # the penalty's cap (loss_and_grads()); inf: plain L1
 
     def lr_at(self, step):
@@ -648,6 +716,25 @@ def keep_freed_memory():
         pass
 
 
+HYPER_HELP = {
+    "batch": "sequences per step",
+    "lr": "Adam's peak learning rate",
+    "lr_min": "where the cosine decay ends",
+    "warmup": "linear warmup steps",
+    "beta1": "Adam's beta1",
+    "beta2": "Adam's beta2",
+    "adam_eps": "Adam's epsilon",
+    "clip": "global gradient norm clip",
+    "relu_ramp": "part of the steps over which the gate goes from silu to relu",
+    "target": "zero share of the gate the penalty's controller holds",
+    "ramp": "part of the steps over which the target rises (after the relu ramp)",
+    "lam0": "the penalty's weight when it starts",
+    "gain": "controller gain: lambda *= exp(gain * (target - share)) per step",
+    "lam_max": "largest penalty weight",
+    "cap": "cap of each penalty term (inf: plain normalized L1)",
+}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--teacher", default="data/stories260K.bin", help="llama2.c checkpoint (SwiGLU)")
@@ -663,12 +750,13 @@ def main(argv=None):
     hp = Hyper()
     for f in dataclasses.fields(Hyper):
         if f.name != "steps":
-            ap.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
+            ap.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
+                            help=HYPER_HELP[f.name] + " (default %(default)s)")
     a = ap.parse_args(argv)
     for f in dataclasses.fields(Hyper):
         setattr(hp, f.name, getattr(a, f.name))
-    if not 2 <= a.length <= 512 or a.sequences < hp.batch or a.eval_sequences < 1 or hp.steps < 1:
-        ap.error("need 2 <= --length <= seq_len, --sequences >= --batch, --eval-sequences >= 1, --steps >= 1")
+    if a.length < 2 or a.sequences < hp.batch or a.eval_sequences < 1 or hp.steps < 1:
+        ap.error("need --length >= 2, --sequences >= --batch, --eval-sequences >= 1, --steps >= 1")
 
     keep_freed_memory()
     t0 = time.monotonic()
@@ -714,6 +802,8 @@ def main(argv=None):
         "checkpoint": a.out,
         "sha256": sha,
         "activation": "relu",
+        "method": "distillation (KL teacher||student at every position); gate silu->relu ramp; "
+        "L1 penalty on relu(w1 x) / ||w1_j * rms_ffn|| with a controller holding the target zero share",
         "seed": a.seed,
         "eval_seed": a.eval_seed,
         "sequences": a.sequences,
@@ -723,7 +813,7 @@ def main(argv=None):
         "steps": done,
         "steps_requested": hp.steps,
         "reference": reference,
-        "hyper": dataclasses.asdict(hp),
+        "hyper": {k: (None if v == math.inf else v) for k, v in dataclasses.asdict(hp).items()},  # JSON has no inf
         "before_training": swap,
         **final,
     }
@@ -739,8 +829,9 @@ def main(argv=None):
     return 0
 
 
-DEFAULT_SEQUENCES = 512
-DEFAULT_STEPS = 300
+# The reference run: 11 minutes on the 2-core build machine (sampling 1.6, training 9.5).
+DEFAULT_SEQUENCES = 2048
+DEFAULT_STEPS = 500
 
 if __name__ == "__main__":
     sys.exit(main())
