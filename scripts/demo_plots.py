@@ -15,7 +15,10 @@ FFN weight bytes read, every policy, the calibrated methods drawn bold) and, wit
 .svg (the decode FFN speed-up over dense against activity, with the ideal 3/(1+2a); 7b shape,
 one thread, or the first shape present) and, with MoE rows, kl_vs_experts.png and .svg (KL against
 the mean experts per token of the MoEfied model: fixed top-k, adaptive top-k, progressive) and, with KV rows,
-kl_vs_memory.png and .svg (KL against the KV cache memory held: uniform formats, FIFO, heavy hitters).
+kl_vs_memory.png and .svg (KL against the KV cache memory held: uniform formats, FIFO, heavy hitters) and,
+with the ReLU-fied model's rows, relu_side_by_side.png and .svg (KL against bytes read for the same
+policies on the SwiGLU model and on the ReLU-fied one, each against its own dense model, exact
+gating marked, the ReLU-fication's own cost drawn as a line).
 Each line of a plot is an SVG group with the id
 series_<n>. Exit status 2 with a one-line error when DEMO_JSON is unusable, 3 when matplotlib
 is missing (Debian: apt-get install python3-matplotlib, then run it with /usr/bin/python3).
@@ -39,7 +42,7 @@ def series_of(rows):
     """{label: [(kept, kl), ...]} for every sparse family, sorted by kept fraction."""
     out = {}
     for r in rows:
-        if r.get("family") in (None, "dense", "token_sparse", "calibrated", "moe", "kv", "quantized"):
+        if r.get("family") in (None, "dense", "token_sparse", "calibrated", "moe", "kv", "quantized", "relu"):
             continue
         if r.get("kl") is None or r.get("kept_fraction") is None:
             continue
@@ -86,7 +89,7 @@ def bytes_series(rows):
     """{(label, calibrated): [(bytes, kl), ...]}: uniform families by scorer, calibrated ones by method."""
     out = {}
     for r in rows:
-        if r.get("family") in (None, "dense", "token_sparse", "moe", "kv", "quantized") or r.get("kl") is None:
+        if r.get("family") in (None, "dense", "token_sparse", "moe", "kv", "quantized", "relu") or r.get("kl") is None:
             continue
         cal = r["family"] == "calibrated"
         label = ("calibrated " + r["scorer"]) if cal else "%s (%s)" % (r["scorer"], r["family"])
@@ -119,6 +122,81 @@ def kl_bytes_plot(plt, rows, title):
     ax.set_title(title)
     ax.grid(True, which="major", color="#e5e5e5")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=8)
+    return fig
+
+
+RELU_KINDS = ("magnitude top_k", "weight_aware top_k", "magnitude cumulative_mass", "calibrated budgets",
+              "calibrated budgets+refine")
+
+
+def relu_kind(policy):
+    """The policy's kind without its parameter and the "relu " prefix: "magnitude top_k 25%" -> "magnitude top_k",
+    "calibrated budgets+refine @ 0.4" -> "calibrated budgets+refine"; None for other rows."""
+    name = policy[len("relu "):] if policy.startswith("relu ") else policy
+    name = name.split(" @ ")[0]
+    for kind in RELU_KINDS:
+        if name == kind or (name.startswith(kind + " ") and kind != "calibrated budgets"):
+            return kind
+    return None
+
+
+def relu_series(rows):
+    """({kind: [(bytes, kl vs own dense)]} of the SwiGLU model, the same of the ReLU model, the exact
+    gating row, the relu dense row); ({}, {}, None, None) without ReLU rows."""
+    swiglu, relu, exact, dense = {}, {}, None, None
+    for r in rows:
+        if r.get("family") == "relu":
+            if r["policy"] == "relu exact gating":
+                exact = r
+            elif r["policy"] == "relu dense":
+                dense = r
+            elif relu_kind(r["policy"]) and r.get("kl_vs_relu_dense") is not None:
+                relu.setdefault(relu_kind(r["policy"]), []).append((r["bytes_fraction"], r["kl_vs_relu_dense"]))
+        elif r.get("family") not in ("quantized", "moe", "kv") and relu_kind(r["policy"]) and r.get("kl") is not None:
+            swiglu.setdefault(relu_kind(r["policy"]), []).append((r["bytes_fraction"], r["kl"]))
+    if not relu:
+        return {}, {}, None, None
+    swiglu = {k: sorted(v) for k, v in swiglu.items() if k in relu}
+    return swiglu, {k: sorted(v) for k, v in relu.items()}, exact, dense
+
+
+def relu_plot(plt, rows, title):
+    swiglu, relu, exact, dense = relu_series(rows)
+    kls = [kl for s in (swiglu, relu) for pts in s.values() for _, kl in pts if kl > 0]
+    if dense is not None and dense["kl"] > 0:
+        kls.append(dense["kl"])
+    floor = 10.0 ** math.floor(math.log10(min(kls))) if kls else 1e-5
+    fig, axes = plt.subplots(1, 2, figsize=(12.5, 5.0), sharey=True)
+    k = 0
+    for ax, series, name in ((axes[0], swiglu, "SwiGLU (original)"), (axes[1], relu, "ReLU-fied")):
+        for kind in RELU_KINDS:
+            if kind not in series:
+                continue
+            c = RELU_KINDS.index(kind)
+            pts = series[kind]
+            line, = ax.plot([b for b, _ in pts], [max(v, floor) for _, v in pts], marker="osD^v"[c], markersize=5,
+                            linewidth=2, color=COLOURS[c % len(COLOURS)], label=kind)
+            line.set_gid("series_%d" % k)
+            k += 1
+        ax.set_title(name)
+        ax.set_yscale("log")
+        ax.set_xlim(0.3, 1.02)
+        ax.set_xlabel("FFN weight bytes read per decode token")
+        ax.grid(True, which="major", color="#e5e5e5")
+    if exact is not None:
+        pt, = axes[1].plot([exact["bytes_fraction"]], [floor], marker="*", markersize=14, color="#000000",
+                           linestyle="none", label="exact gating (KL 0, drawn at the floor)")
+        pt.set_gid("series_%d" % k)
+        axes[1].annotate("exact gating: %.1f%% of neurons\n(lossless)" % (100 * exact["kept_fraction"]),
+                         (exact["bytes_fraction"], floor), textcoords="offset points", xytext=(8, 10), fontsize=9)
+    if dense is not None and dense["kl"] > 0:
+        for ax in axes:
+            ax.axhline(dense["kl"], color="#666666", linestyle="--", linewidth=1)
+        axes[1].annotate("ReLU-fied dense vs original: KL %.3f" % dense["kl"], (0.31, dense["kl"]), va="bottom",
+                         fontsize=9, color="#444444")
+    axes[0].set_ylabel("mean KL(own dense || policy)")
+    fig.suptitle(title)
+    axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=9)
     return fig
 
 
@@ -279,6 +357,9 @@ def main(argv=None):
     if kv_series(rows):
         written += save(plt, kl_memory_plot(plt, rows, "%s: KV cache in tiered stores, %s tokens: KL against memory" % (
             os.path.basename(demo.get("model", "model")), demo.get("kv_length", "?"))), out, "kl_vs_memory")
+    if relu_series(rows)[1]:
+        written += save(plt, relu_plot(plt, rows, "%s: the same policies on the SwiGLU model and its ReLU-fied copy" %
+                                       os.path.basename(demo.get("model", "model"))), out, "relu_side_by_side")
     if os.path.exists(a.bench):
         try:
             _, brows, _ = perf_report.load(a.bench)

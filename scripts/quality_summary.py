@@ -25,7 +25,10 @@ Prints, from the demo's rows:
   6. the quantized rows (the FFN weights in q8_0 / q4_0): per row KL and top-1 against the f32
      dense model and against the dense model of the same dtype, next to the f32 row of the same
      policy;
-  7. the full table.
+  7. the ReLU-fied model's rows: per row kept, bytes, KL and top-1 against the original (SwiGLU)
+     dense model and against the ReLU model's own dense model, the neurons active per layer under
+     exact gating, and beside each row the SwiGLU model's row of the same policy;
+  8. the full table.
 """
 import json
 import math
@@ -185,6 +188,28 @@ def quantized_section(rows):
     return out
 
 
+def relu_section(rows):
+    relu = [r for r in rows if r["family"] == "relu"]
+    if not relu:
+        return []
+    other = {r["policy"]: r for r in rows if r["family"] not in ("relu", "quantized")}
+    out = ["", "ReLU-fied model (data/stories260K_relu.bin): KL and top-1 against the original (SwiGLU) dense model "
+               "and against the ReLU model's own dense model; the last two columns are the SwiGLU model's row of the "
+               "same policy (against its dense model):", "",
+           "| policy | kept | bytes | KL vs original | top-1 vs original | KL vs ReLU dense | top-1 vs ReLU dense | "
+           "ppl | SwiGLU kept / bytes | SwiGLU KL |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in relu:
+        base = other.get(r["policy"][len("relu "):])
+        out.append("| %s | %.3f | %.3f | %.5f | %.3f | %.5f | %.3f | %.3f | %s | %s |" % (
+            r["policy"], r["kept_fraction"], r["bytes_fraction"], r["kl"], r["top1"], r["kl_vs_relu_dense"],
+            r["top1_vs_relu_dense"], r["ppl"], "%.3f / %.3f" % (base["kept_fraction"], base["bytes_fraction"])
+            if base else "-", "%.5f" % base["kl"] if base else "-"))
+        if r.get("scorer") == "relu_exact" and r.get("kept_per_layer"):
+            out.append("| (neurons active per layer) | %s | | | | | | | | |" %
+                       " / ".join("%.3f" % v for v in r["kept_per_layer"]))
+    return out
+
+
 def main(argv):
     path = argv[1] if len(argv) > 1 else os.path.join(REPO, "demo-results", "latest.json")
     try:
@@ -198,14 +223,14 @@ def main(argv):
                                                         demo.get("length")), ""]
     families = {}
     for r in rows:
-        if r["family"] in ("dense", "token_sparse", "calibrated", "moe", "kv", "quantized"):
+        if r["family"] in ("dense", "token_sparse", "calibrated", "moe", "kv", "quantized", "relu"):
             continue
         families.setdefault("%s (%s)" % (r["scorer"], r["family"]), []).append((r["kept_fraction"], r["kl"]))
     out += ["| scorer (selector) | kept where KL > 0.01 | kept where KL > 0.05 | bytes read at KL 0.05 |",
             "|---|---|---|---|"]
     by_bytes = {}
     for r in rows:
-        if r["family"] in ("moe", "kv", "quantized"):
+        if r["family"] in ("moe", "kv", "quantized", "relu"):
             continue
         by_bytes.setdefault("%s (%s)" % (r["scorer"], r["family"]), []).append((r["bytes_fraction"], r["kl"]))
     for name, pts in sorted(families.items()):
@@ -230,6 +255,7 @@ def main(argv):
     out += moe_section(demo, rows)
     out += kv_section(demo, rows)
     out += quantized_section(rows)
+    out += relu_section(rows)
     out += ["", "Every row (a KV row runs the FFN dense: kept and bytes 1):", "",
             "| policy | kept | bytes | KL | top-1 | ppl |", "|---|---|---|---|---|---|"]
     for r in rows:

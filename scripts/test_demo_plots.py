@@ -109,6 +109,24 @@ def main(path):
             assert r and r["base_policy"] == base and r["kl_vs_quant_dense"] > 0, (t, base, r)
             assert 0.0 <= r["top1_vs_quant_dense"] <= 1.0, r
     assert quant["q8_0 dense"]["kl"] < quant["q4_0 dense"]["kl"], quant
+    # ReLU-fied model rows (data/stories260K_relu.bin): KL against the original dense model and
+    # against the ReLU model's own; exact gating is lossless against the latter and keeps only the
+    # active neurons; every policy of the issue is there, the calibrated ones at their byte targets.
+    relu = {r["policy"]: r for r in rows if r.get("family") == "relu"}
+    for want in ["relu dense", "relu exact gating", "relu magnitude top_k 25%", "relu weight_aware top_k 10%",
+                 "relu magnitude cumulative_mass 0.95", "relu calibrated budgets @ 0.4",
+                 "relu calibrated budgets+refine @ 0.5"]:
+        assert want in relu, "missing ReLU row " + want
+    for r in relu.values():
+        assert r["kl_vs_relu_dense"] >= -1e-12 and 0.0 <= r["top1_vs_relu_dense"] <= 1.0, r
+    d, e = relu["relu dense"], relu["relu exact gating"]
+    assert d["kl"] > 0 and d["kl_vs_relu_dense"] == 0 and d["top1_vs_relu_dense"] == 1, d
+    assert e["kl_vs_relu_dense"] < 1e-9 and abs(e["kl"] - d["kl"]) < 1e-6, e
+    assert e["kept_fraction"] < 0.3 and e["kept_per_layer"] and all(0 < v < 1 for v in e["kept_per_layer"]), e
+    assert abs(e["bytes_fraction"] - (1 + 2 * e["kept_fraction"]) / 3) < 2e-3, e
+    for b in ("0.5", "0.4"):
+        r = relu["relu calibrated budgets+refine @ " + b]
+        assert r["bytes_fraction"] <= float(b) + 0.02, r
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_plots.py")
     with tempfile.TemporaryDirectory() as out:
         # Without benchmark rows: the KL plot only, as PNG and SVG, one group per scorer family.
@@ -118,6 +136,7 @@ def main(path):
         check_plot(os.path.join(out, "kl_vs_bytes"), 10)
         check_plot(os.path.join(out, "kl_vs_experts"), 3)
         check_plot(os.path.join(out, "kl_vs_memory"), 3)
+        check_plot(os.path.join(out, "relu_side_by_side"), 6)
         assert not os.path.exists(os.path.join(out, "speedup_vs_activity.svg"))
         # With FFN decode rows of a benchmark JSON: the speed-up plot too.
         bench = os.path.join(out, "bench.json")
@@ -135,6 +154,7 @@ def main(path):
     assert "MoE (MoEfication)" in summary and "Router quality" in summary, summary
     assert "KV cache in tiered stores" in summary, summary
     assert "Quantized FFN weights" in summary and "| q4_0 dense |" in summary, summary
+    assert "ReLU-fied model" in summary and "| relu exact gating |" in summary, summary
     print("demo JSON, plots and quality summary: ok (%d rows)" % len(rows))
     return 0
 

@@ -29,13 +29,14 @@
 // top-1 against the f32 dense model and against the quantized dense model.
 //
 // The ReLU rows (names "relu ...", relu.hpp) run the ReLU-fied model (--relu-checkpoint, default
-// data/stories260K_relu.bin; none: no ReLU rows) under exact gating and other policies, KL and
-// top-1 against the original dense model and against the ReLU model's dense FFN.
+// data/stories260K_relu.bin; none: no ReLU rows) under exact gating and other policies (budgets
+// calibrated on the ReLU model itself among them), KL and top-1 against the original dense model
+// and against the ReLU model's dense FFN.
 //
 // The files: harness.hpp (sampling, the dense reference, KL / top-1 / perplexity),
 // policies.hpp (the policies, their calibration, the policy table), kv.hpp (the KV rows), moe.hpp (the dense model
 // split into 8 experts per layer with a fitted router: the MoE rows), quantized.hpp (the quantized rows),
-// relu.hpp (the ReLU rows), synthetic.hpp (the random-weight decode),
+// calibrated.hpp (the calibrated rows), relu.hpp (the ReLU rows), synthetic.hpp (the random-weight decode),
 // output.hpp (tables and JSON), this file (the command line). Libraries (Debian packages; examples only, the library
 // itself needs neither):
 //   CLI11 (libcli11-dev): the command line: typed options with ranges, choices, defaults in
@@ -47,6 +48,7 @@
 // The CPU backend's kernels are defined in examples/common/cpu_kernels.cpp.
 #include <actsparse/backends/cpu/implementation.hpp>
 
+#include "calibrated.hpp"
 #include "calibration/pipeline.hpp"
 #include "harness.hpp"
 #include "kv.hpp"
@@ -75,38 +77,6 @@
 
 namespace model_demo {
 namespace {
-
-// The calibrated rows: one per method and byte target, each a budget of the calibration file the
-// demo fits on its own calibration sample (examples/calibration/pipeline.hpp). Named
-// "calibrated <method> @ <target>"; the TEAL budgets run as input-sparse policies.
-inline std::vector<policy_config> calibrated_table(const calibration_run::result& r) {
-  std::vector<policy_config> table;
-  for (const calibration_run::method_budget& b : r.rep.budgets) {
-    const budget_entry& e = r.data.budget(b.budget);
-    const std::string name = "calibrated " + b.method + " @ " + b.target;
-    if (e.layers.empty()) {
-      std::vector<threshold> t;
-      for (const float v : e.input_thresholds) t.push_back(threshold{v});
-      table.push_back({name, "calibrated", b.method, [t] { return std::make_unique<teal_policy>(t); }});
-    } else {
-      const calibrated_schedule schedule(r.data, e);
-      table.push_back({name, "calibrated", b.method,
-                       [schedule] { return std::make_unique<calibration_run::calibrated_policy>(schedule); }});
-    }
-  }
-  return table;
-}
-
-// The names calibrated_table can give (every method at every target).
-inline std::vector<std::string> calibrated_names(const calibration_run::options& o) {
-  std::vector<std::string> methods{"budgets", "budgets+refine", "combined", "tiers", "tiers+predictor", "teal"};
-  for (const std::size_t r : o.ranks) methods.push_back("low-rank r" + std::to_string(r));
-  std::vector<std::string> out;
-  for (const auto& m : methods) {
-    for (const auto& t : o.targets) out.push_back("calibrated " + m + " @ " + t.label);
-  }
-  return out;
-}
 
 // One row: the policy over the evaluation set against refs.front() (the f32 dense model), and
 // against refs[1] (a quantized row's quantized dense model) when given.
@@ -182,6 +152,7 @@ int run_evaluation(const options& o) {
   const auto eval = sample_sequences(m, o.sequences, o.length, 2024, o.workers);
   bar.step("sampled the evaluation set");
   auto calib = sample_sequences(m, o.calibration_sequences, o.length, 1'000'000, o.workers);
+  const auto relu_calib = o.relu_checkpoint.empty() ? decltype(calib){} : calib;  // the ReLU model's calibration text
   const auto dense_lp = reference_logprobs(m, eval, o.workers);
   bar.step("dense reference");
   calibrate(m, calib, cal);
@@ -249,15 +220,25 @@ int run_evaluation(const options& o) {
     const model mr(rc, dtype::f32, activation::relu);
     const layer_scorers relu_scorers = layer_scorers::of(mr);
     std::vector<policy_config> relu = relu_table(mr.layers(), relu_scorers);
-    std::vector<policy_config> chosen;
-    for (policy_config& c : relu) {
-      if (c.name.find(o.only) != std::string::npos) chosen.push_back(std::move(c));
-    }
-    if (!chosen.empty()) {
+    std::vector<policy_config> chosen = matching(relu, o.only);
+    // The ReLU model's own calibration, on the same calibration text, when one of its rows may match.
+    const calibration_run::options relu_cal = relu_calibration_options();
+    bool with_relu_calibrated = false;
+    for (const auto& name : calibrated_names(relu_cal, relu_prefix))
+      with_relu_calibrated |= name.find(o.only) != std::string::npos;
+    if (!chosen.empty() || with_relu_calibrated) {
       with_relu = true;
-      bar.total += 1 + chosen.size();
+      bar.total += 1 + chosen.size() + (with_relu_calibrated ? 1 : 0);
       const logprobs relu_lp = reference_logprobs(mr, eval, o.workers);
       bar.step("relu dense reference");
+      if (with_relu_calibrated) {
+        const calibration_run::sample cs = calibration_run::sample::of(mr, relu_calib, o.workers);
+        const calibration_run::result r = calibration_run::run(mr, cs, relu_cal);
+        bar.step("relu calibrated budgets");
+        std::vector<policy_config> more = matching(calibrated_table(r, relu_prefix, "relu"), o.only);
+        bar.total += more.size();
+        chosen.insert(chosen.end(), more.begin(), more.end());
+      }
       for (const policy_config& c : chosen) {
         rows.push_back(evaluate_row(mr, o, eval, {&dense_lp, &relu_lp}, c));
         bar.step(c.name);

@@ -6,8 +6,12 @@
 // row shows the whole cost of ReLU-fication plus the policy, and kl_vs_relu_dense the policy's
 // own cost against the ReLU model's dense FFN. Exact gating keeps the neurons with g > 0, the
 // only ones with h != 0: its output equals dense, and its kept fraction per layer is the share
-// of neurons active (1 - the share of exact zeros).
+// of neurons active (1 - the share of exact zeros). The calibrated rows ("relu calibrated
+// budgets[+refine] @ b") are budgets of a calibration the demo fits on the ReLU model itself, at
+// the bytes of the top-k rows (b = 0.5 and 0.4: (1 + 2a)/3 at a = 25% and 10%).
 
+#include "calibrated.hpp"
+#include "calibration/pipeline.hpp"
 #include "harness.hpp"
 #include "policies.hpp"
 
@@ -55,5 +59,15 @@ inline std::vector<policy_config> relu_table(std::size_t layers, const layer_sco
   }
   return table;
 }
+
+// The ReLU model's calibration: per-layer budgets and budgets+refine at the top-k rows' bytes.
+inline calibration_run::options relu_calibration_options() {
+  calibration_run::options o;
+  o.targets = {{0.5, "0.5"}, {0.4, "0.4"}};
+  o.tiers = o.predictor = o.low_rank = o.combined = o.teal = false;
+  return o;
+}
+
+inline constexpr const char* relu_prefix = "relu ";
 
 }  // namespace model_demo
