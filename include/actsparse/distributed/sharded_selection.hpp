@@ -26,6 +26,8 @@
 
 #include <actsparse/core/error.hpp>
 #include <actsparse/core/selection.hpp>
+#include <actsparse/distributed/detail/fixed_mass.hpp>
+#include <actsparse/distributed/shard_summary.hpp>
 #include <actsparse/selectors/cumulative_mass.hpp>
 #include <actsparse/selectors/detail/partition.hpp>
 #include <actsparse/selectors/top_k.hpp>
@@ -71,125 +73,6 @@ struct neuron_shard {
 
   friend bool operator==(const neuron_shard&, const neuron_shard&) = default;
 };
-
-// One rank's contribution to one round: trivially copyable, the same size every round, so an
-// engine all-gathers sizeof(shard_summary) bytes per rank (shard_summary::bytes).
-struct shard_summary {
-  static constexpr std::size_t buckets = 16;             // 4 bits of the order key per round
-  static constexpr std::size_t candidate_capacity = 32;  // the decisive round's scores per rank
-  static constexpr std::uint32_t tag = 0x41535348;       // "ASSH": a summary of this protocol
-
-  std::uint32_t magic = tag;
-  std::uint32_t round = 0;  // the round it belongs to (every rank must be at the same one)
-  std::uint64_t rank = 0;
-  std::uint64_t begin = 0;
-  std::uint64_t size = 0;
-  std::uint64_t total = 0;
-  // Round 0: bit 0 a non-finite score, bit 1 a negative score; the first such local index and
-  // its bits; the smallest and largest order keys.
-  std::uint32_t flags = 0;
-  std::uint32_t first_bad = 0;
-  std::uint32_t bad_bits = 0;
-  std::uint32_t min_key = 0;
-  std::uint32_t max_key = 0;
-  std::uint32_t candidates = 0;  // the candidates round: how many of payload's pairs are used
-  // Radix rounds: 16 counts (u32), then 16 masses (u64 lo, hi). Candidates round: pairs of
-  // (order key, local index), in local index order.
-  std::uint64_t payload[40] = {};
-
-  static constexpr std::size_t bytes = 384;
-};
-static_assert(std::is_trivially_copyable_v<shard_summary>);
-static_assert(sizeof(shard_summary) == shard_summary::bytes);
-
-namespace detail {
-
-// An unsigned 128-bit sum of fixed-point masses: exact, so its value does not depend on the
-// order of the additions (the ranks' partial sums add to the whole's bits).
-struct fixed_mass {
-  std::uint64_t lo = 0;
-  std::uint64_t hi = 0;
-
-  void add(const fixed_mass& o) noexcept {
-    const std::uint64_t l = lo + o.lo;
-    hi += o.hi + (l < lo ? 1U : 0U);
-    lo = l;
-  }
-  // m · 2^shift for shift in [0, 72), m < 2^24.
-  void add_shifted(std::uint64_t m, unsigned shift) noexcept {
-    if (shift < 64) {
-      add({m << shift, shift == 0 ? 0 : m >> (64 - shift)});
-    } else {
-      add({0, m << (shift - 64)});
-    }
-  }
-  void add_times(const fixed_mass& v, std::uint64_t times) noexcept {  // += v · times (no overflow by the caller)
-    for (std::uint64_t bit = 1, i = 0; i < 64 && bit <= times; ++i, bit <<= 1) {
-      if ((times & bit) != 0) add({v.lo << i, i == 0 ? v.hi : (v.hi << i) | (v.lo >> (64 - i))});
-    }
-  }
-  // The nearest double (one rounding: the top 64 bits with a sticky bit below): monotone.
-  [[nodiscard]] double value() const noexcept {
-    if (hi == 0) return static_cast<double>(lo);
-    const int s = std::countl_zero(hi);
-    std::uint64_t top = s == 0 ? hi : (hi << s) | (lo >> (64 - s));
-    const std::uint64_t rest = s == 0 ? lo : lo << s;
-    top |= rest != 0 ? 1U : 0U;
-    return std::ldexp(static_cast<double>(top), 64 - s);
-  }
-  friend bool operator==(const fixed_mass&, const fixed_mass&) = default;
-};
-
-// Fixed point for masses of scores >= 0 whose largest has order key max_key: a score m·2^x
-// (m < 2^24, x its ulp exponent) is counted in units of 2^(X - 72), X the largest score's ulp
-// exponent: exact down to 2^-72 of the largest score (smaller parts are truncated), at most
-// 2^96 per score, so 2^32 scores sum without overflow.
-struct mass_scale {
-  int unit_exponent = 0;  // X - 72
-
-  [[nodiscard]] static int ulp_exponent(float v) noexcept {
-    const auto b = std::bit_cast<std::uint32_t>(v);
-    const int e = static_cast<int>((b >> 23) & 0xFFU);
-    return (e == 0 ? 1 : e) - 150;
-  }
-  [[nodiscard]] static mass_scale of_max(std::uint32_t max_key) noexcept {
-    return {ulp_exponent(from_order_key(max_key)) - 72};
-  }
-  void add(fixed_mass& sum, float v) const noexcept {  // v >= 0, finite, <= the largest
-    const auto b = std::bit_cast<std::uint32_t>(v);
-    const std::uint32_t e = (b >> 23) & 0xFFU;
-    const std::uint64_t m = (b & 0x7FFFFFU) | (e == 0 ? 0U : 0x800000U);
-    const int shift = ulp_exponent(v) - unit_exponent;  // <= 72
-    if (shift >= 0) {
-      sum.add_shifted(m, static_cast<unsigned>(shift));
-    } else if (shift > -64) {
-      sum.add_shifted(m >> static_cast<unsigned>(-shift), 0);
-    }
-  }
-  [[nodiscard]] fixed_mass of(float v) const noexcept {
-    fixed_mass s;
-    add(s, v);
-    return s;
-  }
-  [[nodiscard]] double to_double(const fixed_mass& s) const noexcept { return std::ldexp(s.value(), unit_exponent); }
-};
-
-inline void put_mass(shard_summary& s, std::size_t b, const fixed_mass& m) noexcept {
-  s.payload[8 + 2 * b] = m.lo;
-  s.payload[9 + 2 * b] = m.hi;
-}
-[[nodiscard]] inline fixed_mass get_mass(const shard_summary& s, std::size_t b) noexcept {
-  return {s.payload[8 + 2 * b], s.payload[9 + 2 * b]};
-}
-[[nodiscard]] inline std::uint32_t get_count(const shard_summary& s, std::size_t b) noexcept {
-  return static_cast<std::uint32_t>(s.payload[b / 2] >> (32 * (b % 2)));
-}
-inline void put_count(shard_summary& s, std::size_t b, std::uint32_t c) noexcept {
-  const unsigned sh = 32 * static_cast<unsigned>(b % 2);
-  s.payload[b / 2] = (s.payload[b / 2] & ~(std::uint64_t{0xFFFFFFFFU} << sh)) | (std::uint64_t{c} << sh);
-}
-
-}  // namespace detail
 
 // The rounds of one sharded selection on one rank. Use:
 //   sharded_selection st;
