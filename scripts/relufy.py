@@ -70,7 +70,8 @@ stop: if the budget runs out first, training stops early with a warning, the JSO
 
 Speed: Debian's numpy links the reference BLAS; the projections run through np.einsum
 (2-3x faster here) and attention skips the causal mask's upper blocks. A step of 16 x 256
-tokens takes 1.1-1.3 s on the 2-core build machine; the reference run takes 18-19 minutes.
+tokens takes 1.1-1.3 s on the 2-core build machine; the reference run takes 17.5 minutes
+(19 with a build on the other core).
 """
 
 import os
@@ -830,7 +831,7 @@ def main(argv=None):
     return 0
 
 
-# The reference run: 18 minutes on the 2-core build machine (sampling 1.6, training 16-17).
+# The reference run: 17.5 minutes on the 2-core build machine (sampling 1.5, training 16).
 DEFAULT_SEQUENCES = 2048
 DEFAULT_STEPS = 850
 
